@@ -1,0 +1,14 @@
+# Makefile for delivery_outbox (PGXS)
+
+MODULES = delivery_outbox
+EXTENSION = delivery_outbox
+DATA = $(wildcard delivery_outbox--*.sql)
+PGFILEDESC = "delivery_outbox - ack-tracked push-delivery outbox"
+
+REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
+ISOLATION = $(patsubst specs/%.spec,%,$(sort $(wildcard specs/*.spec)))
+TAP_TESTS = 1
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
