@@ -1,0 +1,1654 @@
+/*-------------------------------------------------------------------------
+ *
+ * delivery_outbox.c
+ *		A durable, ack-tracked, recipient-addressed push-delivery outbox.
+ *
+ * One table, "delivery_outbox", holds the messages.  A producer inserts a
+ * row in its own transaction; a relay claims pending rows, pushes them to the
+ * addressed recipient, and the recipient acks.
+ *
+ * Invariants:
+ *
+ * - The state machine is pending -> delivered -> acked, plus
+ *	 delivered -> pending (reclaim/release).  The BEFORE ROW trigger
+ *	 outbox_state_guard() is the single authority on it: it rejects every
+ *	 other transition with SQLSTATE 23514, whoever writes, and it alone
+ *	 maintains delivery_attempts, delivered_at and acked_at.  The SQL-callable
+ *	 functions below only ever UPDATE delivery_state (and recipient); they
+ *	 never write the bookkeeping columns themselves.
+ *
+ * - Whenever a row becomes pending for a recipient (insert as pending, or
+ *	 delivered -> pending, or re-addressing) the trigger queues a NOTIFY on
+ *	 the channel named by delivery_outbox.channel whose payload is the row id
+ *	 in decimal and nothing else.  async.c sends it at commit, never on
+ *	 rollback.  Above delivery_outbox.notify_queue_limit of queue usage the
+ *	 NOTIFY is skipped (a full queue would make the producer's COMMIT fail);
+ *	 relays find such rows by draining the table.
+ *
+ * - Every function that touches several rows either skips locked rows
+ *	 (claim, reclaim, purge) or locks its rows in ascending id order before
+ *	 changing them (ack, release, resync, reassign), so no two of them can
+ *	 deadlock each other.
+ *
+ * - The C code never finds its table through search_path: the extension's
+ *	 schema is resolved by OID from pg_extension, quoted into every statement,
+ *	 and every operator and function in those statements is qualified.
+ *
+ * Copyright (c) 2026, delivery_outbox developers
+ *
+ * IDENTIFICATION
+ *		delivery_outbox.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <limits.h>
+
+#include "access/detoast.h"
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "catalog/indexing.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_extension.h"
+#include "catalog/pg_type.h"
+#include "commands/async.h"
+#include "commands/extension.h"
+#include "commands/trigger.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/fmgroids.h"
+#include "utils/fmgrprotos.h"
+#include "utils/guc.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/syscache.h"
+#include "utils/timestamp.h"
+#include "utils/tuplestore.h"
+
+PG_MODULE_MAGIC;
+
+/* Names of the extension, its table and the table's columns. */
+#define OUTBOX_EXTENSION_NAME	"delivery_outbox"
+#define OUTBOX_TABLE_NAME		"delivery_outbox"
+#define OUTBOX_GUC_PREFIX		"delivery_outbox"
+
+#define COL_ID					"id"
+#define COL_RECIPIENT			"recipient"
+#define COL_KIND				"kind"
+#define COL_TENANT_ID			"tenant_id"
+#define COL_PAYLOAD				"payload"
+#define COL_STATE				"delivery_state"
+#define COL_ATTEMPTS			"delivery_attempts"
+#define COL_CREATED_AT			"created_at"
+#define COL_DELIVERED_AT		"delivered_at"
+#define COL_ACKED_AT			"acked_at"
+
+/* Each statement the functions run; see outbox_plan_sql(). */
+typedef enum OutboxPlanId
+{
+	OUTBOX_PLAN_ENQUEUE,
+	OUTBOX_PLAN_CLAIM,			/* four filter variants, in this order */
+	OUTBOX_PLAN_CLAIM_R,
+	OUTBOX_PLAN_CLAIM_T,
+	OUTBOX_PLAN_CLAIM_RT,
+	OUTBOX_PLAN_ACK_LOCK,
+	OUTBOX_PLAN_ACK_LOCK_R,
+	OUTBOX_PLAN_ACK_DELIVER,
+	OUTBOX_PLAN_ACK_FINISH,
+	OUTBOX_PLAN_RELEASE,
+	OUTBOX_PLAN_RECLAIM,
+	OUTBOX_PLAN_RESYNC,
+	OUTBOX_PLAN_RESYNC_NULL_TENANT,
+	OUTBOX_PLAN_REASSIGN,
+	OUTBOX_PLAN_REPLAY,
+	OUTBOX_PLAN_REPLAY_T,
+	OUTBOX_PLAN_PURGE,
+	OUTBOX_PLAN_STATS,
+	OUTBOX_NUM_PLANS
+} OutboxPlanId;
+
+/* The three delivery states. */
+typedef enum OutboxState
+{
+	OUTBOX_PENDING,
+	OUTBOX_DELIVERED,
+	OUTBOX_ACKED
+} OutboxState;
+
+static const char *const outbox_state_names[] = {"pending", "delivered", "acked"};
+
+/* Attribute numbers of the guarded table's columns, cached per relation. */
+typedef struct OutboxColumns
+{
+	Oid			relid;			/* InvalidOid when the cache is empty */
+	AttrNumber	id;
+	AttrNumber	recipient;
+	AttrNumber	kind;
+	AttrNumber	tenant_id;
+	AttrNumber	payload;
+	AttrNumber	state;
+	AttrNumber	attempts;
+	AttrNumber	created_at;
+	AttrNumber	delivered_at;
+	AttrNumber	acked_at;
+} OutboxColumns;
+
+void		_PG_init(void);
+
+static void outbox_relcache_callback(Datum arg, Oid relid);
+static const char *outbox_table(void);
+static void outbox_reset_cache(void);
+static SPIPlanPtr outbox_plan(OutboxPlanId id);
+static char *outbox_plan_sql(OutboxPlanId id, const char *table);
+static uint64 outbox_execute(OutboxPlanId id, Datum *values, const char *nulls,
+							 int expected);
+static const OutboxColumns *outbox_columns(Relation rel, const char *funcname);
+static AttrNumber outbox_column(Relation rel, const char *name, Oid typid);
+static OutboxState outbox_parse_state(Relation rel, AttrNumber attnum,
+									  Datum value, int64 id);
+static void outbox_notify(int64 id);
+static bool outbox_datum_equal(Datum a, bool a_null, Datum b, bool b_null,
+							   Form_pg_attribute att);
+static HeapTuple outbox_guard_insert(Relation rel, HeapTuple tuple,
+									 const OutboxColumns *cols);
+static HeapTuple outbox_guard_update(Relation rel, HeapTuple oldtuple,
+									 HeapTuple newtuple,
+									 const OutboxColumns *cols);
+static void outbox_check_text(FunctionCallInfo fcinfo, int argno,
+							  const char *name, bool required);
+static int64 outbox_check_max_rows(FunctionCallInfo fcinfo, int argno);
+static Datum outbox_check_ids(FunctionCallInfo fcinfo, int argno);
+static Datum outbox_cutoff(FunctionCallInfo fcinfo, int argno);
+static Datum outbox_null_text(FunctionCallInfo fcinfo, int argno, char *null);
+static Tuplestorestate *outbox_begin_srf(FunctionCallInfo fcinfo);
+static void outbox_put_rows(Tuplestorestate *tupstore);
+static Datum outbox_count_result(uint64 count);
+static uint64 outbox_ack_internal(Datum ids, Datum recipient, char recipient_null);
+static uint64 outbox_lock_then_update(OutboxPlanId id, Datum *values,
+									  const char *nulls);
+
+PG_FUNCTION_INFO_V1(outbox_state_guard);
+PG_FUNCTION_INFO_V1(outbox_enqueue);
+PG_FUNCTION_INFO_V1(outbox_claim);
+PG_FUNCTION_INFO_V1(outbox_ack);
+PG_FUNCTION_INFO_V1(outbox_ack_array);
+PG_FUNCTION_INFO_V1(outbox_release);
+PG_FUNCTION_INFO_V1(outbox_reclaim);
+PG_FUNCTION_INFO_V1(outbox_reclaim_recipient);
+PG_FUNCTION_INFO_V1(outbox_reassign);
+PG_FUNCTION_INFO_V1(outbox_replay);
+PG_FUNCTION_INFO_V1(outbox_purge);
+PG_FUNCTION_INFO_V1(outbox_stats);
+
+/* GUC variables */
+static char *outbox_channel = NULL;
+static int	outbox_max_payload_size = 1024 * 1024;
+static double outbox_notify_queue_limit = 0.5;
+
+/* Where the extension's table is, resolved once per backend. */
+static Oid	outbox_ext_oid = InvalidOid;
+static Oid	outbox_nsp_oid = InvalidOid;
+static Oid	outbox_rel_oid = InvalidOid;
+static char *outbox_qualified_table = NULL;
+static bool outbox_cache_stale = false;
+static MemoryContext OutboxCacheContext = NULL;
+static SPIPlanPtr outbox_plans[OUTBOX_NUM_PLANS];
+
+/* The trigger's column map, and whether a skipped NOTIFY was logged. */
+static OutboxColumns outbox_cols;
+static bool outbox_skip_logged = false;
+
+static bool
+outbox_channel_check(char **newval, void **extra, GucSource source)
+{
+	if (*newval == NULL || (*newval)[0] == '\0')
+	{
+		GUC_check_errdetail("The notification channel must not be empty.");
+		return false;
+	}
+	if (strlen(*newval) >= NAMEDATALEN)
+	{
+		GUC_check_errdetail("The notification channel must be shorter than %d bytes.",
+							NAMEDATALEN);
+		return false;
+	}
+	return true;
+}
+
+/*
+ * _PG_init
+ *
+ * Define the GUCs and the invalidation callback.  Nothing here needs
+ * shared_preload_libraries: the library is loaded on first use.
+ */
+void
+_PG_init(void)
+{
+	DefineCustomStringVariable(OUTBOX_GUC_PREFIX ".channel",
+							   "Channel on which a row id is notified when the row becomes pending.",
+							   "Relays LISTEN on this channel; the payload is the row id only.",
+							   &outbox_channel,
+							   "delivery_outbox",
+							   PGC_SUSET,
+							   0,
+							   outbox_channel_check, NULL, NULL);
+
+	DefineCustomIntVariable(OUTBOX_GUC_PREFIX ".max_payload_size",
+							"Largest payload, in bytes, that the outbox accepts.",
+							NULL,
+							&outbox_max_payload_size,
+							1024 * 1024,
+							0, (int) MaxAllocSize,
+							PGC_SUSET,
+							GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+
+	DefineCustomRealVariable(OUTBOX_GUC_PREFIX ".notify_queue_limit",
+							 "Notification queue usage above which wake-ups are skipped.",
+							 "Rows are kept either way; relays find them by draining the table.",
+							 &outbox_notify_queue_limit,
+							 0.5,
+							 0.0, 1.0,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
+
+#if PG_VERSION_NUM >= 150000
+	MarkGUCPrefixReserved(OUTBOX_GUC_PREFIX);
+#else
+	EmitWarningsOnPlaceholders(OUTBOX_GUC_PREFIX);
+#endif
+
+	CacheRegisterRelcacheCallback(outbox_relcache_callback, (Datum) 0);
+}
+
+/*
+ * outbox_state_guard
+ *
+ * BEFORE INSERT OR UPDATE ... FOR EACH ROW trigger enforcing the state
+ * machine and maintaining the bookkeeping columns.  Works on any table that
+ * has the outbox's columns (looked up by name), raises 39P01 when not fired
+ * as a BEFORE ROW INSERT/UPDATE trigger, 42703 for a missing column, 09000
+ * for a column of the wrong type, and 23514 for any illegal row.
+ */
+Datum
+outbox_state_guard(PG_FUNCTION_ARGS)
+{
+	const char *funcname = "outbox_state_guard";
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	const OutboxColumns *cols;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("function \"%s\" was not called by trigger manager",
+						funcname)));
+
+	if (!TRIGGER_FIRED_BEFORE(trigdata->tg_event) ||
+		!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("function \"%s\" must be fired BEFORE ROW", funcname)));
+
+	if (!TRIGGER_FIRED_BY_INSERT(trigdata->tg_event) &&
+		!TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("function \"%s\" must be fired for INSERT or UPDATE",
+						funcname)));
+
+	cols = outbox_columns(trigdata->tg_relation, funcname);
+
+	if (TRIGGER_FIRED_BY_INSERT(trigdata->tg_event))
+		return PointerGetDatum(outbox_guard_insert(trigdata->tg_relation,
+												   trigdata->tg_trigtuple,
+												   cols));
+
+	return PointerGetDatum(outbox_guard_update(trigdata->tg_relation,
+											   trigdata->tg_trigtuple,
+											   trigdata->tg_newtuple,
+											   cols));
+}
+
+/*
+ * outbox_enqueue
+ *
+ * Insert one pending row and return its id.  The trigger validates the row
+ * (payload size included) and queues the wake-up.
+ */
+Datum
+outbox_enqueue(PG_FUNCTION_ARGS)
+{
+	Datum		values[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
+	bool		isnull;
+	int64		id;
+
+	outbox_check_text(fcinfo, 0, "recipient", true);
+	outbox_check_text(fcinfo, 1, "kind", true);
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("payload must not be null")));
+
+	values[0] = PG_GETARG_DATUM(0);
+	values[1] = PG_GETARG_DATUM(1);
+	values[2] = PG_GETARG_DATUM(2);
+	values[3] = outbox_null_text(fcinfo, 3, &nulls[3]);
+
+	SPI_connect();
+	outbox_execute(OUTBOX_PLAN_ENQUEUE, values, nulls, SPI_OK_INSERT_RETURNING);
+	if (SPI_processed != 1)
+		elog(ERROR, "outbox insert returned " UINT64_FORMAT " rows", SPI_processed);
+	id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+									 SPI_tuptable->tupdesc, 1, &isnull));
+	SPI_finish();
+
+	PG_RETURN_INT64(id);
+}
+
+/*
+ * outbox_claim
+ *
+ * Move up to max_rows pending rows (optionally one recipient's and/or one
+ * tenant's) to delivered, oldest id first, skipping rows that other sessions
+ * hold locked, and return them as updated, in id order.
+ */
+Datum
+outbox_claim(PG_FUNCTION_ARGS)
+{
+	Datum		values[3];
+	char		nulls[3] = {' ', ' ', ' '};
+	Tuplestorestate *tupstore;
+	int			variant = 0;
+
+	values[0] = Int64GetDatum(outbox_check_max_rows(fcinfo, 0));
+	outbox_check_text(fcinfo, 1, "recipient", false);
+	values[1] = outbox_null_text(fcinfo, 1, &nulls[1]);
+	values[2] = outbox_null_text(fcinfo, 2, &nulls[2]);
+	if (nulls[1] == ' ')
+		variant += 1;
+	if (nulls[2] == ' ')
+		variant += 2;
+
+	tupstore = outbox_begin_srf(fcinfo);
+
+	SPI_connect();
+	outbox_execute(OUTBOX_PLAN_CLAIM + variant, values, nulls, SPI_OK_SELECT);
+	outbox_put_rows(tupstore);
+	SPI_finish();
+
+	return (Datum) 0;
+}
+
+/*
+ * outbox_ack
+ *
+ * Ack one row; true if this call acked it.
+ */
+Datum
+outbox_ack(PG_FUNCTION_ARGS)
+{
+	Datum		id;
+	Datum		ids;
+	char		recipient_null;
+	Datum		recipient;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("id must not be null")));
+	outbox_check_text(fcinfo, 1, "recipient", false);
+	recipient = outbox_null_text(fcinfo, 1, &recipient_null);
+
+	id = PG_GETARG_DATUM(0);
+	ids = PointerGetDatum(construct_array(&id, 1, INT8OID, sizeof(int64),
+										  FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+
+	PG_RETURN_BOOL(outbox_ack_internal(ids, recipient, recipient_null) == 1);
+}
+
+/*
+ * outbox_ack_array
+ *
+ * SQL outbox_ack(bigint[], text): ack many rows; the number acked by this
+ * call.
+ */
+Datum
+outbox_ack_array(PG_FUNCTION_ARGS)
+{
+	Datum		ids = outbox_check_ids(fcinfo, 0);
+	char		recipient_null;
+	Datum		recipient;
+
+	outbox_check_text(fcinfo, 1, "recipient", false);
+	recipient = outbox_null_text(fcinfo, 1, &recipient_null);
+
+	return outbox_count_result(outbox_ack_internal(ids, recipient,
+												   recipient_null));
+}
+
+/*
+ * outbox_release
+ *
+ * Give claimed rows back: delivered -> pending, in id order.
+ */
+Datum
+outbox_release(PG_FUNCTION_ARGS)
+{
+	Datum		values[1];
+
+	values[0] = outbox_check_ids(fcinfo, 0);
+
+	return outbox_count_result(outbox_lock_then_update(OUTBOX_PLAN_RELEASE,
+													   values, NULL));
+}
+
+/*
+ * outbox_reclaim
+ *
+ * The sweeper: rows delivered longer ago than older_than go back to pending,
+ * at most max_rows of them (all when NULL), skipping locked rows.
+ */
+Datum
+outbox_reclaim(PG_FUNCTION_ARGS)
+{
+	Datum		values[2];
+	char		nulls[2] = {' ', ' '};
+
+	values[0] = outbox_cutoff(fcinfo, 0);
+	if (PG_ARGISNULL(1))
+	{
+		values[1] = (Datum) 0;
+		nulls[1] = 'n';
+	}
+	else
+		values[1] = Int64GetDatum(outbox_check_max_rows(fcinfo, 1));
+
+	return outbox_count_result(outbox_lock_then_update(OUTBOX_PLAN_RECLAIM,
+													   values, nulls));
+}
+
+/*
+ * outbox_reclaim_recipient
+ *
+ * Reconnect resync: every delivered row of the recipient, in the given tenant
+ * (a NULL tenant matches NULL only), back to pending.
+ */
+Datum
+outbox_reclaim_recipient(PG_FUNCTION_ARGS)
+{
+	Datum		values[2];
+	char		nulls[2] = {' ', ' '};
+
+	outbox_check_text(fcinfo, 0, "recipient", true);
+	values[0] = PG_GETARG_DATUM(0);
+	values[1] = outbox_null_text(fcinfo, 1, &nulls[1]);
+
+	return outbox_count_result(
+		outbox_lock_then_update(nulls[1] == 'n' ?
+								OUTBOX_PLAN_RESYNC_NULL_TENANT :
+								OUTBOX_PLAN_RESYNC,
+								values, nulls));
+}
+
+/*
+ * outbox_reassign
+ *
+ * Re-address every non-acked row of from_recipient to to_recipient, as
+ * pending.
+ */
+Datum
+outbox_reassign(PG_FUNCTION_ARGS)
+{
+	Datum		values[2];
+
+	outbox_check_text(fcinfo, 0, "from_recipient", true);
+	outbox_check_text(fcinfo, 1, "to_recipient", true);
+	values[0] = PG_GETARG_DATUM(0);
+	values[1] = PG_GETARG_DATUM(1);
+
+	return outbox_count_result(outbox_lock_then_update(OUTBOX_PLAN_REASSIGN,
+													   values, NULL));
+}
+
+/*
+ * outbox_replay
+ *
+ * Read, without changing anything, the recipient's open rows with
+ * id > after_id in id order.  A NULL tenant_id means any tenant.
+ */
+Datum
+outbox_replay(PG_FUNCTION_ARGS)
+{
+	Datum		values[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
+	Tuplestorestate *tupstore;
+
+	outbox_check_text(fcinfo, 0, "recipient", true);
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("after_id must not be null")));
+	values[0] = PG_GETARG_DATUM(0);
+	values[1] = PG_GETARG_DATUM(1);
+	values[2] = Int64GetDatum(outbox_check_max_rows(fcinfo, 2));
+	values[3] = outbox_null_text(fcinfo, 3, &nulls[3]);
+
+	tupstore = outbox_begin_srf(fcinfo);
+
+	SPI_connect();
+	outbox_execute(nulls[3] == 'n' ? OUTBOX_PLAN_REPLAY : OUTBOX_PLAN_REPLAY_T,
+				   values, nulls, SPI_OK_SELECT);
+	outbox_put_rows(tupstore);
+	SPI_finish();
+
+	return (Datum) 0;
+}
+
+/*
+ * outbox_purge
+ *
+ * Delete acked rows acked longer ago than older_than, skipping locked rows.
+ */
+Datum
+outbox_purge(PG_FUNCTION_ARGS)
+{
+	Datum		values[1];
+	uint64		count;
+
+	values[0] = outbox_cutoff(fcinfo, 0);
+
+	SPI_connect();
+	count = outbox_execute(OUTBOX_PLAN_PURGE, values, NULL, SPI_OK_DELETE);
+	SPI_finish();
+
+	PG_RETURN_INT64((int64) count);
+}
+
+/*
+ * outbox_stats
+ *
+ * One row: rows per state, the age of the oldest pending row (since
+ * enqueue) and of the oldest delivered row (since delivery), and the number
+ * of recipients with open rows.
+ */
+Datum
+outbox_stats(PG_FUNCTION_ARGS)
+{
+	TupleDesc	tupdesc;
+	Datum		now = TimestampTzGetDatum(GetCurrentTimestamp());
+	Datum		values[6];
+	bool		nulls[6];
+	HeapTuple	result;
+	int			i;
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	tupdesc = BlessTupleDesc(tupdesc);
+	if (tupdesc->natts != lengthof(values))
+		elog(ERROR, "outbox_stats() is declared with %d columns, expected %d",
+			 tupdesc->natts, (int) lengthof(values));
+
+	SPI_connect();
+	outbox_execute(OUTBOX_PLAN_STATS, &now, NULL, SPI_OK_SELECT);
+	if (SPI_processed != 1)
+		elog(ERROR, "outbox statistics query returned " UINT64_FORMAT " rows",
+			 SPI_processed);
+	for (i = 0; i < tupdesc->natts; i++)
+	{
+		Datum		v = SPI_getbinval(SPI_tuptable->vals[0],
+									  SPI_tuptable->tupdesc, i + 1, &nulls[i]);
+
+		/* copy by-reference values (the intervals) out of SPI memory */
+		values[i] = nulls[i] ? (Datum) 0 :
+			SPI_datumTransfer(v, TupleDescAttr(tupdesc, i)->attbyval,
+							  TupleDescAttr(tupdesc, i)->attlen);
+	}
+	SPI_finish();
+
+	result = heap_form_tuple(tupdesc, values, nulls);
+	PG_RETURN_DATUM(HeapTupleGetDatum(result));
+}
+
+/* ---------------------------------------------------------------------
+ * The trigger's helpers
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * outbox_guard_insert
+ *
+ * A new row is accepted as it is or not at all: a plain insert is pending
+ * with zero attempts and no delivery timestamps; a row inserted in another
+ * state (a dump restore) must have bookkeeping that agrees with it.  NULLs in
+ * NOT NULL columns are left for the table's constraints to report.
+ */
+static HeapTuple
+outbox_guard_insert(Relation rel, HeapTuple tuple, const OutboxColumns *cols)
+{
+	TupleDesc	tupdesc = RelationGetDescr(rel);
+	Datum		d;
+	bool		isnull;
+	int64		id;
+	OutboxState state;
+	int32		attempts;
+	bool		has_delivered_at;
+	bool		has_acked_at;
+	const char *problem = NULL;
+
+	d = heap_getattr(tuple, cols->id, tupdesc, &isnull);
+	if (isnull)
+		return tuple;
+	id = DatumGetInt64(d);
+
+	d = heap_getattr(tuple, cols->payload, tupdesc, &isnull);
+	if (!isnull)
+	{
+		Size		size = toast_raw_datum_size(d) - VARHDRSZ;
+
+		if (size > (Size) outbox_max_payload_size)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("outbox payload of %zu bytes exceeds the limit of %d bytes",
+							size, outbox_max_payload_size),
+					 errhint("Raise \"%s.max_payload_size\", or send a reference to the data instead of the data.",
+							 OUTBOX_GUC_PREFIX)));
+	}
+
+	d = heap_getattr(tuple, cols->state, tupdesc, &isnull);
+	if (isnull)
+		return tuple;
+	state = outbox_parse_state(rel, cols->state, d, id);
+
+	d = heap_getattr(tuple, cols->attempts, tupdesc, &isnull);
+	if (isnull)
+		return tuple;
+	attempts = DatumGetInt32(d);
+	has_delivered_at = !heap_attisnull(tuple, cols->delivered_at, tupdesc);
+	has_acked_at = !heap_attisnull(tuple, cols->acked_at, tupdesc);
+
+	if (attempts < 0)
+		problem = "delivery_attempts must not be negative.";
+	else if (state == OUTBOX_PENDING && has_acked_at)
+		problem = "A \"pending\" row must not have acked_at.";
+	else if (state == OUTBOX_PENDING && (attempts == 0) != !has_delivered_at)
+		problem = "A \"pending\" row has delivered_at exactly when delivery_attempts >= 1.";
+	else if (state == OUTBOX_DELIVERED &&
+			 (!has_delivered_at || attempts < 1 || has_acked_at))
+		problem = "A \"delivered\" row needs delivered_at, delivery_attempts >= 1 and no acked_at.";
+	else if (state == OUTBOX_ACKED && !has_acked_at)
+		problem = "An \"acked\" row needs acked_at.";
+
+	if (problem != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_CHECK_VIOLATION),
+				 errmsg("outbox row " INT64_FORMAT " cannot be inserted as \"%s\": its bookkeeping disagrees with its state",
+						id, outbox_state_names[state]),
+				 errdetail_internal("%s", problem),
+				 errtablecol(rel, cols->state)));
+
+	if (state == OUTBOX_PENDING)
+		outbox_notify(id);
+
+	return tuple;
+}
+
+/*
+ * outbox_guard_update
+ *
+ * Allowed: pending -> delivered, delivered -> acked, delivered -> pending,
+ * and pending/delivered staying where they are (re-addressing).  The
+ * bookkeeping columns are always recomputed from the old row, whatever the
+ * caller wrote into them.
+ */
+static HeapTuple
+outbox_guard_update(Relation rel, HeapTuple oldtuple, HeapTuple newtuple,
+					const OutboxColumns *cols)
+{
+	TupleDesc	tupdesc = RelationGetDescr(rel);
+	static const struct
+	{
+		size_t		offset;
+		const char *name;
+	}			immutable[] =
+	{
+		{offsetof(OutboxColumns, id), COL_ID},
+		{offsetof(OutboxColumns, kind), COL_KIND},
+		{offsetof(OutboxColumns, tenant_id), COL_TENANT_ID},
+		{offsetof(OutboxColumns, payload), COL_PAYLOAD},
+		{offsetof(OutboxColumns, created_at), COL_CREATED_AT},
+	};
+	Datum		d;
+	bool		isnull;
+	int64		id;
+	OutboxState from;
+	OutboxState to;
+	bool		allowed;
+	int			replace_cols[3];
+	Datum		replace_values[3];
+	bool		replace_nulls[3];
+	Datum		old_recipient;
+	Datum		new_recipient;
+	bool		old_recipient_null;
+	bool		new_recipient_null;
+	int			i;
+
+	d = heap_getattr(oldtuple, cols->id, tupdesc, &isnull);
+	id = isnull ? 0 : DatumGetInt64(d);
+
+	d = heap_getattr(oldtuple, cols->state, tupdesc, &isnull);
+	if (isnull)
+		elog(ERROR, "outbox row " INT64_FORMAT " has no delivery_state", id);
+	from = outbox_parse_state(rel, cols->state, d, id);
+
+	d = heap_getattr(newtuple, cols->state, tupdesc, &isnull);
+	if (isnull)
+		return newtuple;		/* the NOT NULL constraint reports it */
+	to = outbox_parse_state(rel, cols->state, d, id);
+
+	switch (from)
+	{
+		case OUTBOX_PENDING:
+			allowed = (to == OUTBOX_PENDING || to == OUTBOX_DELIVERED);
+			break;
+		case OUTBOX_DELIVERED:
+			allowed = true;
+			break;
+		default:
+			allowed = false;	/* acked rows never change again */
+			break;
+	}
+	if (!allowed)
+		ereport(ERROR,
+				(errcode(ERRCODE_CHECK_VIOLATION),
+				 errmsg("illegal delivery_state transition from \"%s\" to \"%s\" for outbox row " INT64_FORMAT,
+						outbox_state_names[from], outbox_state_names[to], id),
+				 errdetail("Allowed transitions are pending to delivered, delivered to acked and delivered to pending; acked rows never change."),
+				 errtablecol(rel, cols->state)));
+
+	for (i = 0; i < (int) lengthof(immutable); i++)
+	{
+		AttrNumber	attnum = *(const AttrNumber *)
+			((const char *) cols + immutable[i].offset);
+		Datum		a;
+		Datum		b;
+		bool		a_null;
+		bool		b_null;
+
+		a = heap_getattr(oldtuple, attnum, tupdesc, &a_null);
+		b = heap_getattr(newtuple, attnum, tupdesc, &b_null);
+		if (!outbox_datum_equal(a, a_null, b, b_null,
+								TupleDescAttr(tupdesc, attnum - 1)))
+			ereport(ERROR,
+					(errcode(ERRCODE_CHECK_VIOLATION),
+					 errmsg("column \"%s\" of outbox row " INT64_FORMAT " cannot be changed (update from \"%s\" to \"%s\")",
+							immutable[i].name, id,
+							outbox_state_names[from], outbox_state_names[to]),
+					 errdetail("Only delivery_state and recipient may be updated; id, kind, tenant_id, payload and created_at are fixed at insert."),
+					 errtablecol(rel, attnum)));
+	}
+
+	/* the bookkeeping is the trigger's, never the caller's */
+	d = heap_getattr(oldtuple, cols->attempts, tupdesc, &isnull);
+	if (isnull)
+		elog(ERROR, "outbox row " INT64_FORMAT " has no delivery_attempts", id);
+	replace_cols[0] = cols->attempts;
+	replace_nulls[0] = false;
+	replace_values[0] = d;
+	replace_cols[1] = cols->delivered_at;
+	replace_values[1] = heap_getattr(oldtuple, cols->delivered_at, tupdesc,
+									 &replace_nulls[1]);
+	replace_cols[2] = cols->acked_at;
+	replace_values[2] = heap_getattr(oldtuple, cols->acked_at, tupdesc,
+									 &replace_nulls[2]);
+
+	if (to == OUTBOX_DELIVERED && from != OUTBOX_DELIVERED)
+	{
+		int32		attempts = DatumGetInt32(d);
+
+		if (attempts == PG_INT32_MAX)
+			ereport(ERROR,
+					(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+					 errmsg("delivery_attempts of outbox row " INT64_FORMAT " is out of range",
+							id)));
+		replace_values[0] = Int32GetDatum(attempts + 1);
+		replace_values[1] = TimestampTzGetDatum(GetCurrentTimestamp());
+		replace_nulls[1] = false;
+	}
+	else if (to == OUTBOX_ACKED)
+	{
+		replace_values[2] = TimestampTzGetDatum(GetCurrentTimestamp());
+		replace_nulls[2] = false;
+	}
+
+	newtuple = heap_modify_tuple_by_cols(newtuple, tupdesc, 3, replace_cols,
+										 replace_values, replace_nulls);
+
+	/*
+	 * Wake relays when the row becomes pending for its recipient: back from
+	 * delivered, or re-addressed while pending.
+	 */
+	if (to == OUTBOX_PENDING)
+	{
+		old_recipient = heap_getattr(oldtuple, cols->recipient, tupdesc,
+									 &old_recipient_null);
+		new_recipient = heap_getattr(newtuple, cols->recipient, tupdesc,
+									 &new_recipient_null);
+		if (from != OUTBOX_PENDING ||
+			!outbox_datum_equal(old_recipient, old_recipient_null,
+								new_recipient, new_recipient_null,
+								TupleDescAttr(tupdesc, cols->recipient - 1)))
+			outbox_notify(id);
+	}
+
+	return newtuple;
+}
+
+/*
+ * outbox_parse_state
+ *
+ * Map a delivery_state value to its enum; an unknown string is an illegal row
+ * (23514), reported before the CHECK constraint would see it.
+ */
+static OutboxState
+outbox_parse_state(Relation rel, AttrNumber attnum, Datum value, int64 id)
+{
+	text	   *t = DatumGetTextPP(value);
+	const char *s = VARDATA_ANY(t);
+	int			len = VARSIZE_ANY_EXHDR(t);
+	int			i;
+
+	for (i = 0; i < (int) lengthof(outbox_state_names); i++)
+	{
+		if (strlen(outbox_state_names[i]) == (size_t) len &&
+			memcmp(outbox_state_names[i], s, len) == 0)
+			return (OutboxState) i;
+	}
+
+	ereport(ERROR,
+			(errcode(ERRCODE_CHECK_VIOLATION),
+			 errmsg("invalid delivery_state \"%s\" for outbox row " INT64_FORMAT,
+					text_to_cstring(t), id),
+			 errdetail("delivery_state is one of \"pending\", \"delivered\" and \"acked\"."),
+			 errtablecol(rel, attnum)));
+	pg_unreachable();
+}
+
+/*
+ * outbox_datum_equal
+ *
+ * Binary equality of two column values.  Identical bytes (the common case:
+ * an UPDATE that did not touch the column carries the same datum, TOAST
+ * pointer included) are decided without detoasting.
+ */
+static bool
+outbox_datum_equal(Datum a, bool a_null, Datum b, bool b_null,
+				   Form_pg_attribute att)
+{
+	if (a_null || b_null)
+		return a_null == b_null;
+	if (att->attlen == -1)
+	{
+		Size		la = VARSIZE_ANY(DatumGetPointer(a));
+		Size		lb = VARSIZE_ANY(DatumGetPointer(b));
+
+		if (la == lb && memcmp(DatumGetPointer(a), DatumGetPointer(b), la) == 0)
+			return true;
+	}
+	return datum_image_eq(a, b, att->attbyval, att->attlen);
+}
+
+/*
+ * outbox_notify
+ *
+ * Queue the wake-up for a row that became pending: the id, nothing else.
+ * async.c sends it when the transaction commits and drops it on rollback.
+ * When the notification queue is fuller than notify_queue_limit the NOTIFY
+ * is skipped, since a full queue makes a notifying COMMIT fail; the row is
+ * kept, and the skip is logged once until the queue drains again.
+ */
+static void
+outbox_notify(int64 id)
+{
+	char		payload[32];
+	double		usage;
+
+	{
+		LOCAL_FCINFO(usage_fcinfo, 0);
+
+		InitFunctionCallInfoData(*usage_fcinfo, NULL, 0, InvalidOid, NULL, NULL);
+		usage = DatumGetFloat8(pg_notification_queue_usage(usage_fcinfo));
+	}
+
+	if (usage >= outbox_notify_queue_limit)
+	{
+		if (!outbox_skip_logged)
+		{
+			ereport(LOG,
+					(errmsg("delivery_outbox: notification queue is %.1f%% full, skipping wake-ups for new rows",
+							usage * 100.0),
+					 errdetail("The rows are kept; relays find them by draining the table."),
+					 errhint("A session that LISTENs without consuming its notifications holds the queue; \"%s.notify_queue_limit\" is %g.",
+							 OUTBOX_GUC_PREFIX, outbox_notify_queue_limit)));
+			outbox_skip_logged = true;
+		}
+		return;
+	}
+	outbox_skip_logged = false;
+
+	snprintf(payload, sizeof(payload), INT64_FORMAT, id);
+	Async_Notify(outbox_channel, payload);
+}
+
+/*
+ * outbox_columns
+ *
+ * The attribute numbers of the outbox columns in rel, looked up by name and
+ * type once and kept until the relation is invalidated.
+ */
+static const OutboxColumns *
+outbox_columns(Relation rel, const char *funcname)
+{
+	OutboxColumns c;
+
+	if (outbox_cols.relid == RelationGetRelid(rel))
+		return &outbox_cols;
+
+	c.relid = RelationGetRelid(rel);
+	c.id = outbox_column(rel, COL_ID, INT8OID);
+	c.recipient = outbox_column(rel, COL_RECIPIENT, TEXTOID);
+	c.kind = outbox_column(rel, COL_KIND, TEXTOID);
+	c.tenant_id = outbox_column(rel, COL_TENANT_ID, TEXTOID);
+	c.payload = outbox_column(rel, COL_PAYLOAD, BYTEAOID);
+	c.state = outbox_column(rel, COL_STATE, TEXTOID);
+	c.attempts = outbox_column(rel, COL_ATTEMPTS, INT4OID);
+	c.created_at = outbox_column(rel, COL_CREATED_AT, TIMESTAMPTZOID);
+	c.delivered_at = outbox_column(rel, COL_DELIVERED_AT, TIMESTAMPTZOID);
+	c.acked_at = outbox_column(rel, COL_ACKED_AT, TIMESTAMPTZOID);
+
+	outbox_cols = c;
+	return &outbox_cols;
+}
+
+static AttrNumber
+outbox_column(Relation rel, const char *name, Oid typid)
+{
+	TupleDesc	tupdesc = RelationGetDescr(rel);
+	int			i;
+
+	for (i = 0; i < tupdesc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(tupdesc, i);
+
+		if (att->attisdropped || strcmp(NameStr(att->attname), name) != 0)
+			continue;
+		if (att->atttypid != typid)
+			ereport(ERROR,
+					(errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
+					 errmsg("column \"%s\" of table \"%s\" must be of type %s",
+							name, RelationGetRelationName(rel),
+							format_type_be(typid))));
+		return att->attnum;
+	}
+
+	ereport(ERROR,
+			(errcode(ERRCODE_UNDEFINED_COLUMN),
+			 errmsg("column \"%s\" not found in table \"%s\"",
+					name, RelationGetRelationName(rel))));
+	pg_unreachable();
+}
+
+/* ---------------------------------------------------------------------
+ * Finding the table, and the prepared statements
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * outbox_relcache_callback
+ *
+ * Any invalidation of the outbox table (or of everything) makes us re-check,
+ * at next use, that the cached OIDs still name the extension's table, and
+ * drops the trigger's column map.  Nothing is freed here: this can run at
+ * almost any point.
+ */
+static void
+outbox_relcache_callback(Datum arg, Oid relid)
+{
+	if (!OidIsValid(relid) || relid == outbox_rel_oid)
+		outbox_cache_stale = true;
+	if (!OidIsValid(relid) || relid == outbox_cols.relid)
+		outbox_cols.relid = InvalidOid;
+}
+
+/*
+ * outbox_reset_cache
+ *
+ * Forget the table's location and the statements built on it.
+ */
+static void
+outbox_reset_cache(void)
+{
+	int			i;
+
+	for (i = 0; i < OUTBOX_NUM_PLANS; i++)
+	{
+		if (outbox_plans[i] != NULL)
+			SPI_freeplan(outbox_plans[i]);
+		outbox_plans[i] = NULL;
+	}
+	if (OutboxCacheContext != NULL)
+		MemoryContextReset(OutboxCacheContext);
+	outbox_qualified_table = NULL;
+	outbox_ext_oid = InvalidOid;
+	outbox_nsp_oid = InvalidOid;
+	outbox_rel_oid = InvalidOid;
+	outbox_cache_stale = false;
+}
+
+/*
+ * outbox_table
+ *
+ * The schema-qualified, quoted name of the extension's table.  The schema is
+ * read from pg_extension by the extension's OID (PG15 exports no
+ * get_extension_schema()), never from search_path.  Raises 42704 when the
+ * extension is not installed in this database.
+ */
+static const char *
+outbox_table(void)
+{
+	if (OidIsValid(outbox_rel_oid) && outbox_cache_stale)
+	{
+		HeapTuple	tp = SearchSysCache1(RELOID, ObjectIdGetDatum(outbox_rel_oid));
+		bool		same = false;
+
+		if (HeapTupleIsValid(tp))
+		{
+			Form_pg_class relform = (Form_pg_class) GETSTRUCT(tp);
+
+			same = relform->relnamespace == outbox_nsp_oid &&
+				strcmp(NameStr(relform->relname), OUTBOX_TABLE_NAME) == 0;
+			ReleaseSysCache(tp);
+		}
+		if (same)
+			same = get_extension_oid(OUTBOX_EXTENSION_NAME, true) == outbox_ext_oid;
+		if (!same)
+			outbox_reset_cache();
+		outbox_cache_stale = false;
+	}
+
+	if (!OidIsValid(outbox_rel_oid))
+	{
+		Oid			ext_oid;
+		Oid			nsp_oid = InvalidOid;
+		Oid			rel_oid;
+		Relation	extrel;
+		SysScanDesc scan;
+		ScanKeyData key;
+		HeapTuple	tup;
+		char	   *nspname;
+
+		ext_oid = get_extension_oid(OUTBOX_EXTENSION_NAME, true);
+		if (!OidIsValid(ext_oid))
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_OBJECT),
+					 errmsg("extension \"%s\" is not installed in this database",
+							OUTBOX_EXTENSION_NAME),
+					 errhint("Run CREATE EXTENSION %s.", OUTBOX_EXTENSION_NAME)));
+
+		extrel = table_open(ExtensionRelationId, AccessShareLock);
+		ScanKeyInit(&key, Anum_pg_extension_oid, BTEqualStrategyNumber,
+					F_OIDEQ, ObjectIdGetDatum(ext_oid));
+		scan = systable_beginscan(extrel, ExtensionOidIndexId, true,
+								  NULL, 1, &key);
+		tup = systable_getnext(scan);
+		if (HeapTupleIsValid(tup))
+			nsp_oid = ((Form_pg_extension) GETSTRUCT(tup))->extnamespace;
+		systable_endscan(scan);
+		table_close(extrel, AccessShareLock);
+
+		nspname = OidIsValid(nsp_oid) ? get_namespace_name(nsp_oid) : NULL;
+		rel_oid = OidIsValid(nsp_oid) ?
+			get_relname_relid(OUTBOX_TABLE_NAME, nsp_oid) : InvalidOid;
+		if (nspname == NULL || !OidIsValid(rel_oid))
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_TABLE),
+					 errmsg("table \"%s\" of extension \"%s\" does not exist",
+							OUTBOX_TABLE_NAME, OUTBOX_EXTENSION_NAME),
+					 errhint("Recreate the extension with DROP EXTENSION and CREATE EXTENSION.")));
+
+		if (OutboxCacheContext == NULL)
+			OutboxCacheContext = AllocSetContextCreate(TopMemoryContext,
+													   "delivery_outbox cache",
+													   ALLOCSET_SMALL_SIZES);
+		outbox_qualified_table =
+			MemoryContextStrdup(OutboxCacheContext,
+								quote_qualified_identifier(nspname,
+														   OUTBOX_TABLE_NAME));
+		outbox_ext_oid = ext_oid;
+		outbox_nsp_oid = nsp_oid;
+		outbox_rel_oid = rel_oid;
+		outbox_cache_stale = false;
+	}
+
+	return outbox_qualified_table;
+}
+
+/*
+ * outbox_plan_sql
+ *
+ * The text of each statement.  Every operator and function is qualified, the
+ * state literals stay literal (so the partial indexes' predicates are proven
+ * from the query text, whatever the parameter values), and each multi-row
+ * change either skips locked rows or first locks its rows ORDER BY id.
+ */
+static char *
+outbox_plan_sql(OutboxPlanId id, const char *t)
+{
+	switch (id)
+	{
+		case OUTBOX_PLAN_ENQUEUE:
+			return psprintf("INSERT INTO %s (recipient, kind, payload, tenant_id)"
+							" VALUES ($1, $2, $3, $4) RETURNING id", t);
+
+		case OUTBOX_PLAN_CLAIM:
+		case OUTBOX_PLAN_CLAIM_R:
+		case OUTBOX_PLAN_CLAIM_T:
+		case OUTBOX_PLAN_CLAIM_RT:
+			{
+				int			variant = id - OUTBOX_PLAN_CLAIM;
+
+				return psprintf("WITH c AS ("
+								"SELECT id FROM %1$s"
+								" WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'%2$s%3$s"
+								" ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED),"
+								" u AS ("
+								"UPDATE %1$s o SET delivery_state = 'delivered' FROM c"
+								" WHERE o.id OPERATOR(pg_catalog.=) c.id"
+								" AND o.delivery_state OPERATOR(pg_catalog.=) 'pending'"
+								" RETURNING o)"
+								" SELECT u.o FROM u ORDER BY (u.o).id",
+								t,
+								(variant & 1) ? " AND recipient OPERATOR(pg_catalog.=) $2" : "",
+								(variant & 2) ? " AND tenant_id OPERATOR(pg_catalog.=) $3" : "");
+			}
+
+		case OUTBOX_PLAN_ACK_LOCK:
+		case OUTBOX_PLAN_ACK_LOCK_R:
+			return psprintf("SELECT id, delivery_state OPERATOR(pg_catalog.=) 'pending'"
+							" FROM %s"
+							" WHERE id OPERATOR(pg_catalog.=) ANY ($1)"
+							" AND delivery_state OPERATOR(pg_catalog.<>) 'acked'%s"
+							" ORDER BY id FOR UPDATE",
+							t,
+							id == OUTBOX_PLAN_ACK_LOCK_R ?
+							" AND recipient OPERATOR(pg_catalog.=) $2" : "");
+
+		case OUTBOX_PLAN_ACK_DELIVER:
+			return psprintf("UPDATE %s SET delivery_state = 'delivered'"
+							" WHERE id OPERATOR(pg_catalog.=) ANY ($1)"
+							" AND delivery_state OPERATOR(pg_catalog.=) 'pending'", t);
+
+		case OUTBOX_PLAN_ACK_FINISH:
+			return psprintf("UPDATE %s SET delivery_state = 'acked'"
+							" WHERE id OPERATOR(pg_catalog.=) ANY ($1)"
+							" AND delivery_state OPERATOR(pg_catalog.=) 'delivered'", t);
+
+		case OUTBOX_PLAN_RELEASE:
+			return psprintf("WITH l AS ("
+							"SELECT id FROM %1$s"
+							" WHERE id OPERATOR(pg_catalog.=) ANY ($1)"
+							" AND delivery_state OPERATOR(pg_catalog.=) 'delivered'"
+							" ORDER BY id FOR UPDATE)"
+							" UPDATE %1$s o SET delivery_state = 'pending' FROM l"
+							" WHERE o.id OPERATOR(pg_catalog.=) l.id"
+							" AND o.delivery_state OPERATOR(pg_catalog.=) 'delivered'", t);
+
+		case OUTBOX_PLAN_RECLAIM:
+			return psprintf("WITH c AS ("
+							"SELECT id FROM %1$s"
+							" WHERE delivery_state OPERATOR(pg_catalog.=) 'delivered'"
+							" AND delivered_at OPERATOR(pg_catalog.<) $1"
+							" ORDER BY delivered_at LIMIT $2 FOR UPDATE SKIP LOCKED)"
+							" UPDATE %1$s o SET delivery_state = 'pending' FROM c"
+							" WHERE o.id OPERATOR(pg_catalog.=) c.id"
+							" AND o.delivery_state OPERATOR(pg_catalog.=) 'delivered'", t);
+
+		case OUTBOX_PLAN_RESYNC:
+		case OUTBOX_PLAN_RESYNC_NULL_TENANT:
+			return psprintf("WITH l AS ("
+							"SELECT id FROM %1$s"
+							" WHERE recipient OPERATOR(pg_catalog.=) $1"
+							" AND delivery_state OPERATOR(pg_catalog.=) 'delivered'"
+							" AND %2$s"
+							" ORDER BY id FOR UPDATE)"
+							" UPDATE %1$s o SET delivery_state = 'pending' FROM l"
+							" WHERE o.id OPERATOR(pg_catalog.=) l.id"
+							" AND o.delivery_state OPERATOR(pg_catalog.=) 'delivered'",
+							t,
+							id == OUTBOX_PLAN_RESYNC ?
+							"tenant_id OPERATOR(pg_catalog.=) $2" :
+							"tenant_id IS NULL");
+
+		case OUTBOX_PLAN_REASSIGN:
+			return psprintf("WITH l AS ("
+							"SELECT id FROM %1$s"
+							" WHERE recipient OPERATOR(pg_catalog.=) $1"
+							" AND delivery_state OPERATOR(pg_catalog.<>) 'acked'"
+							" ORDER BY id FOR UPDATE)"
+							" UPDATE %1$s o SET recipient = $2, delivery_state = 'pending'"
+							" FROM l WHERE o.id OPERATOR(pg_catalog.=) l.id"
+							" AND o.delivery_state OPERATOR(pg_catalog.<>) 'acked'", t);
+
+		case OUTBOX_PLAN_REPLAY:
+		case OUTBOX_PLAN_REPLAY_T:
+			return psprintf("SELECT o FROM %s o"
+							" WHERE recipient OPERATOR(pg_catalog.=) $1"
+							" AND delivery_state OPERATOR(pg_catalog.<>) 'acked'"
+							" AND id OPERATOR(pg_catalog.>) $2%s"
+							" ORDER BY id LIMIT $3",
+							t,
+							id == OUTBOX_PLAN_REPLAY_T ?
+							" AND tenant_id OPERATOR(pg_catalog.=) $4" : "");
+
+		case OUTBOX_PLAN_PURGE:
+			return psprintf("WITH d AS ("
+							"SELECT id FROM %1$s"
+							" WHERE delivery_state OPERATOR(pg_catalog.=) 'acked'"
+							" AND acked_at OPERATOR(pg_catalog.<) $1"
+							" ORDER BY id FOR UPDATE SKIP LOCKED)"
+							" DELETE FROM %1$s o USING d"
+							" WHERE o.id OPERATOR(pg_catalog.=) d.id", t);
+
+		case OUTBOX_PLAN_STATS:
+			return psprintf("SELECT"
+							" pg_catalog.count(*) FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'),"
+							" pg_catalog.count(*) FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'delivered'),"
+							" pg_catalog.count(*) FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'acked'),"
+							" $1 OPERATOR(pg_catalog.-) pg_catalog.min(created_at)"
+							" FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'),"
+							" $1 OPERATOR(pg_catalog.-) pg_catalog.min(delivered_at)"
+							" FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'delivered'),"
+							" pg_catalog.count(DISTINCT recipient)"
+							" FILTER (WHERE delivery_state OPERATOR(pg_catalog.<>) 'acked')"
+							" FROM %s", t);
+
+		case OUTBOX_NUM_PLANS:
+			break;
+	}
+	elog(ERROR, "unrecognized outbox statement %d", (int) id);
+	return NULL;				/* keep compiler quiet */
+}
+
+/*
+ * outbox_plan
+ *
+ * The prepared, kept plan of one statement.  It is prepared once per backend
+ * (and again only after the extension was dropped and recreated), with
+ * search_path forced to pg_catalog so that nothing a caller put on it can be
+ * bound into the plan; the plan cache replans under that same path.
+ */
+static SPIPlanPtr
+outbox_plan(OutboxPlanId id)
+{
+	static const Oid argtypes[OUTBOX_NUM_PLANS][4] = {
+		[OUTBOX_PLAN_ENQUEUE] = {TEXTOID, TEXTOID, BYTEAOID, TEXTOID},
+		[OUTBOX_PLAN_CLAIM] = {INT8OID, TEXTOID, TEXTOID},
+		[OUTBOX_PLAN_CLAIM_R] = {INT8OID, TEXTOID, TEXTOID},
+		[OUTBOX_PLAN_CLAIM_T] = {INT8OID, TEXTOID, TEXTOID},
+		[OUTBOX_PLAN_CLAIM_RT] = {INT8OID, TEXTOID, TEXTOID},
+		[OUTBOX_PLAN_ACK_LOCK] = {INT8ARRAYOID, TEXTOID},
+		[OUTBOX_PLAN_ACK_LOCK_R] = {INT8ARRAYOID, TEXTOID},
+		[OUTBOX_PLAN_ACK_DELIVER] = {INT8ARRAYOID},
+		[OUTBOX_PLAN_ACK_FINISH] = {INT8ARRAYOID},
+		[OUTBOX_PLAN_RELEASE] = {INT8ARRAYOID},
+		[OUTBOX_PLAN_RECLAIM] = {TIMESTAMPTZOID, INT8OID},
+		[OUTBOX_PLAN_RESYNC] = {TEXTOID, TEXTOID},
+		[OUTBOX_PLAN_RESYNC_NULL_TENANT] = {TEXTOID, TEXTOID},
+		[OUTBOX_PLAN_REASSIGN] = {TEXTOID, TEXTOID},
+		[OUTBOX_PLAN_REPLAY] = {TEXTOID, INT8OID, INT8OID, TEXTOID},
+		[OUTBOX_PLAN_REPLAY_T] = {TEXTOID, INT8OID, INT8OID, TEXTOID},
+		[OUTBOX_PLAN_PURGE] = {TIMESTAMPTZOID},
+		[OUTBOX_PLAN_STATS] = {TIMESTAMPTZOID},
+	};
+	const char *table = outbox_table();
+	int			nargs;
+	char	   *sql;
+	int			save_nestlevel;
+	SPIPlanPtr	plan;
+
+	if (outbox_plans[id] != NULL)
+		return outbox_plans[id];
+
+	for (nargs = 0; nargs < 4 && OidIsValid(argtypes[id][nargs]); nargs++)
+		;
+	sql = outbox_plan_sql(id, table);
+
+	save_nestlevel = NewGUCNestLevel();
+	(void) set_config_option("search_path", "pg_catalog, pg_temp",
+							 PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	plan = SPI_prepare(sql, nargs, (Oid *) argtypes[id]);
+	AtEOXact_GUC(true, save_nestlevel);
+
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed for \"%s\": %s",
+			 sql, SPI_result_code_string(SPI_result));
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "SPI_keepplan failed");
+	pfree(sql);
+
+	outbox_plans[id] = plan;
+	return plan;
+}
+
+/*
+ * outbox_execute
+ *
+ * Run one kept statement; the caller is connected to SPI.  Anything but the
+ * expected SPI result is a can't-happen error.  Returns SPI_processed.
+ */
+static uint64
+outbox_execute(OutboxPlanId id, Datum *values, const char *nulls, int expected)
+{
+	SPIPlanPtr	plan = outbox_plan(id);
+	int			rc;
+
+	rc = SPI_execute_plan(plan, values, nulls, false, 0);
+	if (rc != expected)
+		elog(ERROR, "outbox statement %d returned %s, expected %s",
+			 (int) id, SPI_result_code_string(rc),
+			 SPI_result_code_string(expected));
+	return SPI_processed;
+}
+
+/*
+ * outbox_lock_then_update
+ *
+ * Run one of the "lock ORDER BY id, then UPDATE" (or skip-locked) statements
+ * in its own SPI connection and return the number of rows it changed.
+ */
+static uint64
+outbox_lock_then_update(OutboxPlanId id, Datum *values, const char *nulls)
+{
+	uint64		count;
+
+	SPI_connect();
+	count = outbox_execute(id, values, nulls, SPI_OK_UPDATE);
+	SPI_finish();
+	return count;
+}
+
+/*
+ * outbox_ack_internal
+ *
+ * Ack the rows named by the int8[] ids (only the recipient's, unless
+ * recipient_null is 'n').  The open rows are first locked in id order; a row
+ * found pending (a late ack after a reclaim) is moved through delivered, so
+ * the trigger's rules and bookkeeping hold; then every locked row goes to
+ * acked.  Returns the number of rows this call acked.
+ */
+static uint64
+outbox_ack_internal(Datum ids, Datum recipient, char recipient_null)
+{
+	Datum		values[2];
+	char		nulls[2] = {' ', recipient_null};
+	uint64		nlocked;
+	uint64		npending = 0;
+	uint64		count;
+	Datum	   *locked;
+	Datum	   *pending;
+	uint64		i;
+
+	values[0] = ids;
+	values[1] = recipient;
+
+	SPI_connect();
+	nlocked = outbox_execute(recipient_null == 'n' ?
+							 OUTBOX_PLAN_ACK_LOCK : OUTBOX_PLAN_ACK_LOCK_R,
+							 values, nulls, SPI_OK_SELECT);
+	if (nlocked == 0)
+	{
+		SPI_finish();
+		return 0;
+	}
+
+	locked = palloc(sizeof(Datum) * nlocked);
+	pending = palloc(sizeof(Datum) * nlocked);
+	for (i = 0; i < nlocked; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		bool		isnull;
+
+		locked[i] = SPI_getbinval(tup, SPI_tuptable->tupdesc, 1, &isnull);
+		if (DatumGetBool(SPI_getbinval(tup, SPI_tuptable->tupdesc, 2, &isnull)))
+			pending[npending++] = locked[i];
+	}
+
+	if (npending > 0)
+	{
+		values[0] = PointerGetDatum(construct_array(pending, (int) npending,
+													INT8OID, sizeof(int64),
+													FLOAT8PASSBYVAL,
+													TYPALIGN_DOUBLE));
+		outbox_execute(OUTBOX_PLAN_ACK_DELIVER, values, NULL, SPI_OK_UPDATE);
+	}
+
+	values[0] = PointerGetDatum(construct_array(locked, (int) nlocked,
+												INT8OID, sizeof(int64),
+												FLOAT8PASSBYVAL,
+												TYPALIGN_DOUBLE));
+	count = outbox_execute(OUTBOX_PLAN_ACK_FINISH, values, NULL, SPI_OK_UPDATE);
+	SPI_finish();
+
+	return count;
+}
+
+/* ---------------------------------------------------------------------
+ * Argument checks and result helpers
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * outbox_check_text
+ *
+ * A recipient or kind argument: NULL is an error when required (22004), and
+ * an empty string is always one (22023).
+ */
+static void
+outbox_check_text(FunctionCallInfo fcinfo, int argno, const char *name,
+				  bool required)
+{
+	if (PG_ARGISNULL(argno))
+	{
+		if (required)
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("%s must not be null", name)));
+		return;
+	}
+	if (VARSIZE_ANY_EXHDR(PG_GETARG_TEXT_PP(argno)) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not be empty", name)));
+}
+
+/*
+ * outbox_null_text
+ *
+ * An optional text argument as an SPI parameter: its value, and 'n' in *null
+ * when it is NULL.
+ */
+static Datum
+outbox_null_text(FunctionCallInfo fcinfo, int argno, char *null)
+{
+	*null = PG_ARGISNULL(argno) ? 'n' : ' ';
+	return PG_ARGISNULL(argno) ? (Datum) 0 : PG_GETARG_DATUM(argno);
+}
+
+/*
+ * outbox_check_max_rows
+ *
+ * max_rows must be given and at least 1.
+ */
+static int64
+outbox_check_max_rows(FunctionCallInfo fcinfo, int argno)
+{
+	int32		max_rows;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("max_rows must not be null")));
+	max_rows = PG_GETARG_INT32(argno);
+	if (max_rows < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_rows must be at least 1, not %d", max_rows)));
+	return (int64) max_rows;
+}
+
+/*
+ * outbox_check_ids
+ *
+ * An ids array must be given and hold no NULLs.
+ */
+static Datum
+outbox_check_ids(FunctionCallInfo fcinfo, int argno)
+{
+	ArrayType  *ids;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("ids must not be null")));
+	ids = PG_GETARG_ARRAYTYPE_P(argno);
+	if (array_contains_nulls(ids))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("ids must not contain null elements")));
+	return PointerGetDatum(ids);
+}
+
+/*
+ * outbox_cutoff
+ *
+ * older_than (a non-NULL, non-negative interval) turned into the timestamp
+ * before which rows count as old: the current time minus older_than.  The
+ * bookkeeping timestamps are wall-clock times of the change, so the cutoff is
+ * too.
+ */
+static Datum
+outbox_cutoff(FunctionCallInfo fcinfo, int argno)
+{
+	Interval	zero;
+	Datum		older_than;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("older_than must not be null")));
+	older_than = PG_GETARG_DATUM(argno);
+
+	memset(&zero, 0, sizeof(zero));
+	if (DatumGetBool(DirectFunctionCall2(interval_lt, older_than,
+										 IntervalPGetDatum(&zero))))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("older_than must not be negative")));
+
+	return DirectFunctionCall2(timestamptz_mi_interval,
+							   TimestampTzGetDatum(GetCurrentTimestamp()),
+							   older_than);
+}
+
+/*
+ * outbox_count_result
+ *
+ * A row count as the SQL integer these functions return.
+ */
+static Datum
+outbox_count_result(uint64 count)
+{
+	if (count > (uint64) PG_INT32_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("too many rows changed in one call: " UINT64_FORMAT,
+						count),
+				 errhint("Use max_rows to work in batches.")));
+	return Int32GetDatum((int32) count);
+}
+
+/*
+ * outbox_begin_srf
+ *
+ * Set up materialize mode for a SETOF delivery_outbox function.
+ */
+static Tuplestorestate *
+outbox_begin_srf(FunctionCallInfo fcinfo)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	MemoryContext oldcontext;
+	TupleDesc	tupdesc;
+	Tuplestorestate *tupstore;
+
+	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("set-valued function called in context that cannot accept a set")));
+	if (!(rsinfo->allowedModes & SFRM_Materialize))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("materialize mode required, but it is not allowed in this context")));
+
+	oldcontext = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	tupstore = tuplestore_begin_heap((rsinfo->allowedModes & SFRM_Materialize_Random) != 0,
+									 false, work_mem);
+	rsinfo->returnMode = SFRM_Materialize;
+	rsinfo->setResult = tupstore;
+	rsinfo->setDesc = tupdesc;
+	MemoryContextSwitchTo(oldcontext);
+
+	return tupstore;
+}
+
+/*
+ * outbox_put_rows
+ *
+ * Copy the whole-row values in the first column of the last SPI result into
+ * the tuplestore, before SPI_finish frees them.
+ */
+static void
+outbox_put_rows(Tuplestorestate *tupstore)
+{
+	uint64		i;
+
+	for (i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+		Datum		d = SPI_getbinval(SPI_tuptable->vals[i],
+									  SPI_tuptable->tupdesc, 1, &isnull);
+		HeapTupleHeader hdr;
+		HeapTupleData tuple;
+
+		if (isnull)
+			elog(ERROR, "outbox statement returned a null row");
+		hdr = DatumGetHeapTupleHeader(d);
+		tuple.t_len = HeapTupleHeaderGetDatumLength(hdr);
+		ItemPointerSetInvalid(&tuple.t_self);
+		tuple.t_tableOid = InvalidOid;
+		tuple.t_data = hdr;
+		tuplestore_puttuple(tupstore, &tuple);
+	}
+}
