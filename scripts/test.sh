@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+#
+# scripts/test.sh -- build, install and test delivery_outbox
+#
+# Installs what is missing, builds (a compiler warning fails the build),
+# installs, starts a throwaway cluster as an unprivileged user (see
+# scripts/common.sh), then runs each suite on its own so that one failing
+# suite does not hide the others:
+#   regress     sql/*.sql        make installcheck ISOLATION= TAP_TESTS=
+#   isolation   specs/*.spec     make installcheck REGRESS= TAP_TESTS=
+#   TAP         t/*.pl           make installcheck REGRESS= ISOLATION=
+# Every regress test, every isolation spec and every TAP assertion counts as
+# one test.  On failure it prints regression.diffs and the TAP logs.  The last
+# line is always "N passed, N failed"; the exit status is non-zero when a test
+# failed or when no test ran.
+#
+# Usage: scripts/test.sh          (KEEP_TMP=1 keeps the work directory)
+
+set -uo pipefail
+
+# shellcheck source=scripts/common.sh
+. "$(dirname "$0")/common.sh"
+
+# A set-up failure (packages, build, warnings, initdb) is one failed test,
+# so that the closing line is there whatever happens.
+SETUP_DONE=0
+# shellcheck disable=SC2317  # called from the EXIT trap in common.sh
+outbox_after_exit()
+{
+    if [ "$SETUP_DONE" != 1 ]; then
+        echo "0 passed, 1 failed"
+    fi
+}
+
+set -e
+outbox_setup
+set +e
+SETUP_DONE=1
+
+TOTAL_PASS=0
+TOTAL_FAIL=0
+TOTAL_SKIP=0
+SUMMARY=()
+
+# count_regress LOG: "passed failed" from pg_regress / pg_isolation_regress
+# output.  PG15 prints "test name ... ok 12 ms" or "     name ... FAILED";
+# PG16 and later print "ok 1 - name" / "not ok 1 - name".
+count_regress()
+{
+    awk '
+        /^(test +| +)?[^ ]+ +\.\.\. +ok( |$)/            { pass++; next }
+        /^(test +| +)?[^ ]+ +\.\.\. +failed \(ignored\)/ { pass++; next }
+        /^(test +| +)?[^ ]+ +\.\.\. +FAILED/             { fail++; next }
+        /^ok [0-9]+ +[-+] /                              { pass++; next }
+        /^not ok [0-9]+ +[-+] /                          { fail++; next }
+        END { printf "%d %d\n", pass, fail }
+    ' "$1"
+}
+
+# count_tap LOG: "passed failed skipped" from `prove -v` output.  Top-level
+# "ok N" / "not ok N" lines are assertions (a "not ok ... # TODO" is an
+# expected failure, so it passes; "ok ... # skip" is a skip).  A script that
+# died, or whose plan does not match, counts one more failure unless one of
+# its assertions already failed.
+count_tap()
+{
+    awk '
+        function flush() {
+            if (bad && !file_fail) fail++
+            bad = 0; file_fail = 0
+        }
+        /^t\/[^ ]+\.(pl|t) \.\./ { flush(); next }
+        /^ok [0-9]+/ {
+            if (tolower($0) ~ /# *skip/) skip++; else pass++
+            next
+        }
+        /^not ok [0-9]+/ {
+            if ($0 ~ /# *TODO/) pass++; else { fail++; file_fail++ }
+            next
+        }
+        /^1\.\.0 *# *[Ss][Kk][Ii][Pp]/ { skip++; next }
+        /Dubious, test returned|Parse errors:|No subtests run|Bad plan/ { bad = 1; next }
+        /^Files=[0-9]+, Tests=[0-9]+/ { flush(); next }
+        END { flush(); printf "%d %d %d\n", pass, fail, skip }
+    ' "$1"
+}
+
+record()
+{
+    local name=$1 pass=$2 fail=$3 skip=${4:-0}
+    TOTAL_PASS=$((TOTAL_PASS + pass))
+    TOTAL_FAIL=$((TOTAL_FAIL + fail))
+    TOTAL_SKIP=$((TOTAL_SKIP + skip))
+    SUMMARY+=("$(printf '    %-10s %5d passed %5d failed' "$name" "$pass" "$fail")$( [ "$skip" -gt 0 ] && printf ' %5d skipped' "$skip")")
+}
+
+# show_file FILE [MAXLINES]: print a file under a header, at most its last
+# MAXLINES lines.
+show_file()
+{
+    local f=$1 max=${2:-0} n
+    [ -s "$f" ] || return 0
+    printf '\n----- %s -----\n' "${f#"$OUTBOX_SRC"/}"
+    n=$(wc -l <"$f")
+    if [ "$max" -gt 0 ] && [ "$n" -gt "$max" ]; then
+        printf '(%d lines, showing the last %d)\n' "$n" "$max"
+        tail -n "$max" "$f"
+    else
+        cat "$f"
+    fi
+}
+
+# run_suite NAME make-variables...: run one suite, print its output as it
+# goes, keep it in $OUTBOX_WORK/NAME.out; sets SUITE_RC.
+run_suite()
+{
+    local name=$1
+    shift
+    log "suite: $name"
+    as_user make -C "$OUTBOX_SRC" PG_CONFIG="$PG_CONFIG" installcheck "$@" 2>&1 |
+        tee "$OUTBOX_WORK/$name.out"
+    SUITE_RC=${PIPESTATUS[0]}
+}
+
+have() { compgen -G "$OUTBOX_SRC/$1" >/dev/null; }
+
+# --- regress ---------------------------------------------------------------
+if have 'sql/*.sql'; then
+    run_suite regress ISOLATION= TAP_TESTS=
+    read -r p f < <(count_regress "$OUTBOX_WORK/regress.out")
+    if [ "$SUITE_RC" -ne 0 ] && [ "$f" -eq 0 ]; then
+        warn "regress: make exited $SUITE_RC without a failed test; counting one failure"
+        f=1
+    fi
+    if [ "$f" -gt 0 ]; then
+        show_file "$OUTBOX_SRC/regression.diffs"
+    fi
+    record regress "$p" "$f"
+else
+    log "suite: regress: no sql/*.sql, skipped"
+fi
+
+# --- isolation -------------------------------------------------------------
+if have 'specs/*.spec'; then
+    run_suite isolation REGRESS= TAP_TESTS=
+    read -r p f < <(count_regress "$OUTBOX_WORK/isolation.out")
+    if [ "$SUITE_RC" -ne 0 ] && [ "$f" -eq 0 ]; then
+        warn "isolation: make exited $SUITE_RC without a failed test; counting one failure"
+        f=1
+    fi
+    if [ "$f" -gt 0 ]; then
+        show_file "$OUTBOX_SRC/output_iso/regression.diffs"
+    fi
+    record isolation "$p" "$f"
+else
+    log "suite: isolation: no specs/*.spec, skipped"
+fi
+
+# --- TAP -------------------------------------------------------------------
+if have 't/*.pl'; then
+    run_suite tap REGRESS= ISOLATION= PROVE_FLAGS=-v
+    read -r p f s < <(count_tap "$OUTBOX_WORK/tap.out")
+    if [ "$SUITE_RC" -ne 0 ] && [ "$f" -eq 0 ]; then
+        warn "TAP: make exited $SUITE_RC without a failed assertion; counting one failure"
+        f=1
+    fi
+    if [ "$f" -gt 0 ]; then
+        for logf in "$OUTBOX_SRC"/tmp_check/log/*; do
+            [ -f "$logf" ] && show_file "$logf" 400
+        done
+    fi
+    record TAP "$p" "$f" "$s"
+else
+    log "suite: TAP: no t/*.pl, skipped"
+fi
+
+outbox_teardown
+
+log "results"
+if [ ${#SUMMARY[@]} -gt 0 ]; then
+    printf '%s\n' "${SUMMARY[@]}"
+fi
+if [ "$TOTAL_PASS" -eq 0 ] && [ "$TOTAL_FAIL" -eq 0 ]; then
+    echo "error: no test ran" >&2
+fi
+if [ "$TOTAL_SKIP" -gt 0 ]; then
+    echo "($TOTAL_SKIP skipped)"
+fi
+echo "$TOTAL_PASS passed, $TOTAL_FAIL failed"
+
+if [ "$TOTAL_FAIL" -gt 0 ] || [ "$TOTAL_PASS" -eq 0 ]; then
+    exit 1
+fi
+exit 0
