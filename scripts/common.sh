@@ -32,6 +32,7 @@
 #   as_user CMD...   runs CMD as OUTBOX_RUN_USER, in OUTBOX_WORK, with a clean
 #                    environment: PATH (server bindir first), HOME, the PG*
 #                    variables of the cluster.
+#   as_user_bg CMD...  the same in the background; pid in OUTBOX_BG_PID.
 # A caller may define outbox_on_exit(), which the trap calls before stopping
 # the cluster, and outbox_after_exit RC, called last.
 
@@ -63,8 +64,10 @@ as_root()
     fi
 }
 
-# Run a command as the unprivileged user, with the cluster's environment.
-as_user()
+# outbox_user_cmd CMD...: set OUTBOX_CMD to CMD run as the unprivileged
+# user, in OUTBOX_WORK, with a clean environment (the cluster's PG*, PATH with
+# the server's bindir first).
+outbox_user_cmd()
 {
     local -a envv=(
         "PATH=$PG_BINDIR:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -79,11 +82,27 @@ as_user()
              PG_TEST_TIMEOUT_DEFAULT PG_TEST_NOCLEAN; do
         if [ -n "${!v:-}" ]; then envv+=("$v=${!v}"); fi
     done
+    OUTBOX_CMD=(env -i -C "${OUTBOX_WORK:-/tmp}" "${envv[@]}" "$@")
     if is_root && [ "$OUTBOX_RUN_USER" != root ]; then
-        runuser -u "$OUTBOX_RUN_USER" -- env -i -C "${OUTBOX_WORK:-/tmp}" "${envv[@]}" "$@"
-    else
-        env -i -C "${OUTBOX_WORK:-/tmp}" "${envv[@]}" "$@"
+        OUTBOX_CMD=(runuser -u "$OUTBOX_RUN_USER" -- "${OUTBOX_CMD[@]}")
     fi
+}
+
+# as_user CMD...: run CMD as the unprivileged user (see outbox_user_cmd).
+as_user()
+{
+    outbox_user_cmd "$@"
+    "${OUTBOX_CMD[@]}"
+}
+
+# as_user_bg CMD...: the same in the background; OUTBOX_BG_PID is its pid
+# (runuser's when we are root: it passes SIGTERM on to CMD).
+as_user_bg()
+{
+    outbox_user_cmd "$@"
+    "${OUTBOX_CMD[@]}" &
+    # shellcheck disable=SC2034  # read by the caller
+    OUTBOX_BG_PID=$!
 }
 
 pkg_installed()
