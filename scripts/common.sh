@@ -60,7 +60,8 @@ as_root()
     elif command -v sudo >/dev/null 2>&1; then
         if [ -t 0 ]; then sudo "$@"; else sudo -n "$@"; fi
     else
-        die "need root for: $* (run as root, or install sudo)"
+        printf 'error: need root for: %s (run as root, or install sudo)\n' "$*" >&2
+        return 1
     fi
 }
 
@@ -229,7 +230,14 @@ outbox_build()
         [ "${OUTBOX_QUIET:-0}" = 1 ] && cat "$out"
         die "the build printed compiler warnings: $(grep -c 'warning:' "$out")"
     fi
-    log "installing into $("$PG_CONFIG" --pkglibdir) and $("$PG_CONFIG" --sharedir)/extension"
+    local libdir extdir
+    libdir=$("$PG_CONFIG" --pkglibdir)
+    extdir=$("$PG_CONFIG" --sharedir)/extension
+    if ! is_root && ! command -v sudo >/dev/null 2>&1 &&
+        { [ ! -w "$libdir" ] || [ ! -w "$extdir" ]; }; then
+        die "make install needs to write $libdir and $extdir: run as root, or install sudo"
+    fi
+    log "installing into $libdir and $extdir"
     RUN_LOGGED_QUIET=1 run_logged "$OUTBOX_WORK/install.log" \
         as_root make -C "$OUTBOX_SRC" PG_CONFIG="$PG_CONFIG" install ||
         die "make install failed"

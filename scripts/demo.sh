@@ -39,7 +39,16 @@ fail()
 # shellcheck disable=SC2317  # called from the EXIT trap in common.sh
 outbox_on_exit()
 {
+    local child
     if [ -n "$RELAY_PID" ] && kill -0 "$RELAY_PID" 2>/dev/null; then
+        # As root RELAY_PID is runuser's: stop the relay it started first.
+        for child in $(ps -o pid= --ppid "$RELAY_PID" 2>/dev/null); do
+            kill "$child" 2>/dev/null || true
+        done
+        for _ in $(seq 20); do
+            kill -0 "$RELAY_PID" 2>/dev/null || break
+            sleep 0.1
+        done
         kill "$RELAY_PID" 2>/dev/null || true
         wait "$RELAY_PID" 2>/dev/null || true
     fi
