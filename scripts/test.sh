@@ -44,7 +44,8 @@ SUMMARY=()
 
 # count_regress LOG: "passed failed" from pg_regress / pg_isolation_regress
 # output.  PG15 prints "test name ... ok 12 ms" or "     name ... FAILED";
-# PG16 and later print "ok 1 - name" / "not ok 1 - name".
+# PG16 and later print "ok 1 - name" / "not ok 1 - name".  A test that
+# started but printed no verdict (pg_regress gave up) is a failure.
 count_regress()
 {
     awk '
@@ -53,6 +54,8 @@ count_regress()
         /^(test +| +)?[^ ]+ +\.\.\. +FAILED/             { fail++; next }
         /^ok [0-9]+ +[-+] /                              { pass++; next }
         /^not ok [0-9]+ +[-+] /                          { fail++; next }
+        # started but never finished (e.g. pg_regress gave up on a diff)
+        /^(test +| +)?[^ ]+ +\.\.\. /                     { fail++; next }
         END { printf "%d %d\n", pass, fail }
     ' "$1"
 }
