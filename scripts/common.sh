@@ -19,6 +19,7 @@
 #
 # Knobs (environment):
 #   PG_CONFIG        default /usr/lib/postgresql/15/bin/pg_config
+#   PG_CFLAGS        extra compiler flags, e.g. '-Wextra -Wno-unused-parameter'
 #   OUTBOX_PORT      first port to try, default 54329 (the next free one is used)
 #   OUTBOX_USER      OS user for the cluster and tests (default: see above)
 #   OUTBOX_PACKAGES  extra Debian packages the caller needs
@@ -224,7 +225,8 @@ outbox_build()
 {
     local out=$OUTBOX_WORK/build.log
     log "building in $OUTBOX_SRC (any compiler warning fails the build)"
-    run_logged "$out" as_user make -C "$OUTBOX_SRC" PG_CONFIG="$PG_CONFIG" ||
+    run_logged "$out" as_user make -C "$OUTBOX_SRC" PG_CONFIG="$PG_CONFIG" \
+        ${PG_CFLAGS:+"PG_CFLAGS=$PG_CFLAGS"} ||
         die "build failed"
     if grep -q 'warning:' "$out"; then
         [ "${OUTBOX_QUIET:-0}" = 1 ] && cat "$out"
