@@ -1,0 +1,509 @@
+--
+-- security.sql: search_path cannot redirect the extension, the extension
+-- lives in the schema chosen at CREATE EXTENSION, nothing is granted to
+-- PUBLIC, and the README's roles can do exactly what they are granted
+--
+CREATE EXTENSION delivery_outbox;
+
+\set VERBOSITY default
+\set SHOW_CONTEXT never
+
+-- roles left behind by an interrupted earlier run
+SET client_min_messages = warning;
+DROP ROLE IF EXISTS regress_outbox_nobody;
+DROP ROLE IF EXISTS regress_outbox_producer;
+DROP ROLE IF EXISTS regress_outbox_relay;
+DROP ROLE IF EXISTS regress_outbox_monitor;
+RESET client_min_messages;
+
+--
+-- A hostile schema, first in search_path: a table named delivery_outbox,
+-- functions named like the built-ins, and operators whose functions raise if
+-- ever called
+--
+CREATE SCHEMA hostile;
+
+CREATE FUNCTION hostile.trap() RETURNS trigger LANGUAGE plpgsql AS
+$$BEGIN RAISE EXCEPTION 'hostile table %.% written (%)',
+        TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_OP; END$$;
+
+CREATE TABLE hostile.delivery_outbox (
+    id bigint, recipient text, kind text, tenant_id text, payload bytea,
+    delivery_state text, delivery_attempts integer, created_at timestamptz,
+    delivered_at timestamptz, acked_at timestamptz);
+CREATE TRIGGER trap BEFORE INSERT OR UPDATE OR DELETE ON hostile.delivery_outbox
+    FOR EACH ROW EXECUTE FUNCTION hostile.trap();
+CREATE SEQUENCE hostile.delivery_outbox_id_seq START 1000000;
+
+-- the same name as a temporary table, which search_path finds first of all
+CREATE TEMP TABLE delivery_outbox (LIKE hostile.delivery_outbox);
+CREATE TRIGGER trap BEFORE INSERT OR UPDATE OR DELETE ON pg_temp.delivery_outbox
+    FOR EACH ROW EXECUTE FUNCTION hostile.trap();
+
+CREATE FUNCTION hostile.now() RETURNS timestamptz LANGUAGE plpgsql AS
+$$BEGIN RAISE EXCEPTION 'hostile now() called'; END$$;
+CREATE FUNCTION hostile.clock_timestamp() RETURNS timestamptz LANGUAGE plpgsql AS
+$$BEGIN RAISE EXCEPTION 'hostile clock_timestamp() called'; END$$;
+CREATE FUNCTION hostile.statement_timestamp() RETURNS timestamptz LANGUAGE plpgsql AS
+$$BEGIN RAISE EXCEPTION 'hostile statement_timestamp() called'; END$$;
+CREATE FUNCTION hostile.nextval(regclass) RETURNS bigint LANGUAGE plpgsql AS
+$$BEGIN RAISE EXCEPTION 'hostile nextval() called'; END$$;
+CREATE FUNCTION hostile.pg_notify(text, text) RETURNS void LANGUAGE plpgsql AS
+$$BEGIN RAISE EXCEPTION 'hostile pg_notify() called'; END$$;
+CREATE FUNCTION hostile.pg_notification_queue_usage() RETURNS double precision
+LANGUAGE plpgsql AS
+$$BEGIN RAISE EXCEPTION 'hostile pg_notification_queue_usage() called'; END$$;
+CREATE FUNCTION hostile.length(bytea) RETURNS integer LANGUAGE plpgsql AS
+$$BEGIN RAISE EXCEPTION 'hostile length() called'; END$$;
+CREATE FUNCTION hostile.octet_length(bytea) RETURNS integer LANGUAGE plpgsql AS
+$$BEGIN RAISE EXCEPTION 'hostile octet_length() called'; END$$;
+CREATE FUNCTION hostile.texteq(text, text) RETURNS boolean LANGUAGE plpgsql AS
+$$BEGIN RAISE EXCEPTION 'hostile texteq() called'; END$$;
+CREATE FUNCTION hostile.int8eq(bigint, bigint) RETURNS boolean LANGUAGE plpgsql AS
+$$BEGIN RAISE EXCEPTION 'hostile int8eq() called'; END$$;
+CREATE FUNCTION hostile.count_sfunc(bigint) RETURNS bigint LANGUAGE plpgsql AS
+$$BEGIN RAISE EXCEPTION 'hostile count(*) called'; END$$;
+CREATE AGGREGATE hostile.count(*) (SFUNC = hostile.count_sfunc, STYPE = bigint);
+CREATE FUNCTION hostile.min_sfunc(timestamptz, timestamptz) RETURNS timestamptz
+LANGUAGE plpgsql AS $$BEGIN RAISE EXCEPTION 'hostile min() called'; END$$;
+CREATE AGGREGATE hostile.min(timestamptz) (SFUNC = hostile.min_sfunc,
+                                           STYPE = timestamptz);
+
+-- operators: one raising function per operand type
+CREATE FUNCTION hostile.op_text(text, text) RETURNS boolean LANGUAGE plpgsql AS
+$$BEGIN RAISE EXCEPTION 'hostile operator on (text, text) called'; END$$;
+CREATE FUNCTION hostile.op_int8(bigint, bigint) RETURNS boolean LANGUAGE plpgsql AS
+$$BEGIN RAISE EXCEPTION 'hostile operator on (bigint, bigint) called'; END$$;
+CREATE FUNCTION hostile.op_int8_int4(bigint, integer) RETURNS boolean
+LANGUAGE plpgsql AS
+$$BEGIN RAISE EXCEPTION 'hostile operator on (bigint, integer) called'; END$$;
+CREATE FUNCTION hostile.op_int4(integer, integer) RETURNS boolean LANGUAGE plpgsql AS
+$$BEGIN RAISE EXCEPTION 'hostile operator on (integer, integer) called'; END$$;
+CREATE FUNCTION hostile.op_tstz(timestamptz, timestamptz) RETURNS boolean
+LANGUAGE plpgsql AS
+$$BEGIN RAISE EXCEPTION 'hostile operator on (timestamptz, timestamptz) called'; END$$;
+CREATE FUNCTION hostile.op_tstz_mi(timestamptz, timestamptz) RETURNS interval
+LANGUAGE plpgsql AS
+$$BEGIN RAISE EXCEPTION 'hostile timestamptz - timestamptz called'; END$$;
+CREATE FUNCTION hostile.op_tstz_mi_interval(timestamptz, interval)
+RETURNS timestamptz LANGUAGE plpgsql AS
+$$BEGIN RAISE EXCEPTION 'hostile timestamptz - interval called'; END$$;
+
+CREATE OPERATOR hostile.=  (LEFTARG = text, RIGHTARG = text, FUNCTION = hostile.op_text);
+CREATE OPERATOR hostile.<> (LEFTARG = text, RIGHTARG = text, FUNCTION = hostile.op_text);
+CREATE OPERATOR hostile.<  (LEFTARG = text, RIGHTARG = text, FUNCTION = hostile.op_text);
+CREATE OPERATOR hostile.=  (LEFTARG = bigint, RIGHTARG = bigint, FUNCTION = hostile.op_int8);
+CREATE OPERATOR hostile.<> (LEFTARG = bigint, RIGHTARG = bigint, FUNCTION = hostile.op_int8);
+CREATE OPERATOR hostile.<  (LEFTARG = bigint, RIGHTARG = bigint, FUNCTION = hostile.op_int8);
+CREATE OPERATOR hostile.>  (LEFTARG = bigint, RIGHTARG = bigint, FUNCTION = hostile.op_int8);
+CREATE OPERATOR hostile.=  (LEFTARG = bigint, RIGHTARG = integer, FUNCTION = hostile.op_int8_int4);
+CREATE OPERATOR hostile.>= (LEFTARG = integer, RIGHTARG = integer, FUNCTION = hostile.op_int4);
+CREATE OPERATOR hostile.<  (LEFTARG = timestamptz, RIGHTARG = timestamptz, FUNCTION = hostile.op_tstz);
+CREATE OPERATOR hostile.-  (LEFTARG = timestamptz, RIGHTARG = timestamptz, FUNCTION = hostile.op_tstz_mi);
+CREATE OPERATOR hostile.-  (LEFTARG = timestamptz, RIGHTARG = interval, FUNCTION = hostile.op_tstz_mi_interval);
+
+-- Everything below until RESET search_path runs with the hostile objects
+-- ahead of pg_catalog.  It is the session's first use of the extension's
+-- functions, so their statements are prepared under this path too.
+SET search_path = hostile, pg_catalog, public;
+-- (proof that the path is live: an unqualified = is the hostile one)
+SELECT 'a'::text = 'a'::text;
+
+SELECT outbox_enqueue('agent:h', 'work', '\x01');
+SELECT outbox_enqueue('agent:h', 'work', '\x02', 't1');
+SELECT outbox_enqueue('agent:h2', 'work', '\x03', 't1');
+SELECT outbox_enqueue('agent:h3', 'work', '\x04');
+SELECT outbox_enqueue('agent:h', 'work', '\x05');
+-- all four claim statements
+SELECT id, recipient, tenant_id, delivery_state, delivery_attempts
+  FROM outbox_claim(1);
+SELECT id, recipient, tenant_id, delivery_state, delivery_attempts
+  FROM outbox_claim(10, 'agent:h', 't1');
+SELECT id, recipient, tenant_id, delivery_state, delivery_attempts
+  FROM outbox_claim(10, NULL, 't1');
+SELECT id, recipient, tenant_id, delivery_state, delivery_attempts
+  FROM outbox_claim(10, 'agent:h3');
+-- ack, with and without recipient, single and array, and a late ack
+SELECT outbox_ack(1);
+SELECT outbox_ack(2, 'agent:h');
+SELECT outbox_ack('{3}'::bigint[]);
+SELECT outbox_ack('{4}'::bigint[], 'agent:h3');
+SELECT outbox_enqueue('agent:h', 'work', '\x06');
+SELECT outbox_ack(6);
+-- release, reclaim, reclaim_recipient (NULL tenant and a tenant), reassign
+SELECT id FROM outbox_claim(10, 'agent:h');
+SELECT outbox_release('{5}'::bigint[]);
+SELECT id FROM outbox_claim(10, 'agent:h');
+SELECT outbox_reclaim('0 seconds');
+SELECT id FROM outbox_claim(10, 'agent:h');
+SELECT outbox_reclaim('0 seconds', 1);
+SELECT id FROM outbox_claim(10, 'agent:h');
+SELECT outbox_reclaim_recipient('agent:h');
+SELECT outbox_enqueue('agent:h', 'work', '\x07', 't1');
+SELECT id FROM outbox_claim(10, 'agent:h', 't1');
+SELECT outbox_reclaim_recipient('agent:h', 't1');
+SELECT outbox_reassign('agent:h', 'agent:h9');
+-- replay, with and without tenant
+SELECT id, recipient, tenant_id, delivery_state FROM outbox_replay('agent:h9');
+SELECT id, recipient, tenant_id, delivery_state
+  FROM outbox_replay('agent:h9', 5, 10, 't1');
+-- stats and purge
+SELECT pending, delivered, acked, open_recipients,
+       oldest_pending_age IS NOT NULL AS has_pending_age,
+       oldest_delivered_age IS NULL AS no_delivered_age
+  FROM outbox_stats();
+SELECT outbox_purge('0 seconds');
+-- plain INSERT and UPDATE through the trigger (the statements name the real
+-- table and pg_catalog's operators; the trigger and defaults do the rest)
+INSERT INTO public.delivery_outbox (recipient, kind, payload)
+VALUES ('agent:plain', 'work', '\x10');
+INSERT INTO public.delivery_outbox (recipient, kind, payload, delivery_state,
+                                    delivery_attempts, created_at, delivered_at)
+VALUES ('agent:plain', 'work', '\x11', 'delivered', 1,
+        '2001-02-03 04:05:06+00', '2001-02-03 04:06:00+00');
+UPDATE public.delivery_outbox SET delivery_state = 'delivered'
+ WHERE id OPERATOR(pg_catalog.=) 8;
+UPDATE public.delivery_outbox SET delivery_state = 'acked'
+ WHERE id OPERATOR(pg_catalog.=) 8;
+UPDATE public.delivery_outbox SET delivery_state = 'pending'
+ WHERE id OPERATOR(pg_catalog.=) 8;
+\echo :SQLSTATE
+UPDATE public.delivery_outbox SET recipient = 'agent:plain2'
+ WHERE id OPERATOR(pg_catalog.=) 9;
+UPDATE public.delivery_outbox SET payload = '\x99'
+ WHERE id OPERATOR(pg_catalog.=) 9;
+\echo :SQLSTATE
+SET delivery_outbox.max_payload_size = '1B';
+INSERT INTO public.delivery_outbox (recipient, kind, payload)
+VALUES ('agent:plain', 'work', '\x1213');
+\echo :SQLSTATE
+RESET delivery_outbox.max_payload_size;
+SELECT outbox_ack(9, 'agent:plain2');
+RESET search_path;
+
+-- the real table has every row; the impostors have none
+SELECT id, recipient, tenant_id, delivery_state, delivery_attempts,
+       delivered_at IS NOT NULL AS has_delivered_at,
+       acked_at IS NOT NULL AS has_acked_at
+  FROM public.delivery_outbox ORDER BY id;
+SELECT count(*) FROM hostile.delivery_outbox;
+SELECT count(*) FROM pg_temp.delivery_outbox;
+SELECT last_value FROM hostile.delivery_outbox_id_seq;
+DROP TABLE pg_temp.delivery_outbox;
+
+--
+-- Nothing is granted to PUBLIC
+--
+SELECT p.oid::regprocedure AS function,
+       p.prosecdef AS security_definer,
+       p.proconfig,
+       has_function_privilege('public', p.oid, 'EXECUTE') AS public_execute,
+       (SELECT count(*)
+          FROM aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
+         WHERE a.grantee = 0) AS public_grants
+  FROM pg_proc p
+  JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid
+                  AND d.refclassid = 'pg_extension'::regclass
+                  AND d.deptype = 'e'
+  JOIN pg_extension e ON e.oid = d.refobjid
+ WHERE e.extname = 'delivery_outbox'
+ ORDER BY 1::text;
+SELECT c.relname, c.relkind,
+       (SELECT count(*)
+          FROM aclexplode(coalesce(c.relacl,
+                                   acldefault(CASE c.relkind WHEN 'S' THEN 's'
+                                              ELSE 'r' END::"char",
+                                              c.relowner))) a
+         WHERE a.grantee = 0) AS public_grants
+  FROM pg_class c
+ WHERE c.relnamespace = 'public'::regnamespace
+   AND c.relname IN ('delivery_outbox', 'delivery_outbox_id_seq')
+ ORDER BY 1;
+SELECT has_table_privilege('public', 'public.delivery_outbox',
+         'SELECT, INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER')
+         AS table_priv,
+       has_any_column_privilege('public', 'public.delivery_outbox',
+         'SELECT, INSERT, UPDATE, REFERENCES') AS column_priv,
+       has_sequence_privilege('public', 'public.delivery_outbox_id_seq',
+         'USAGE, SELECT, UPDATE') AS sequence_priv;
+
+--
+-- A role with no grants gets 42501 from every function and from the table
+--
+CREATE ROLE regress_outbox_nobody;
+SET ROLE regress_outbox_nobody;
+SELECT outbox_enqueue('agent:x', 'work', '\x01');
+\echo :SQLSTATE
+SELECT * FROM outbox_claim();
+\echo :SQLSTATE
+SELECT outbox_ack(1);
+\echo :SQLSTATE
+SELECT outbox_ack('{1}'::bigint[]);
+\echo :SQLSTATE
+SELECT outbox_release('{1}'::bigint[]);
+\echo :SQLSTATE
+SELECT outbox_reclaim();
+\echo :SQLSTATE
+SELECT outbox_reclaim_recipient('agent:x');
+\echo :SQLSTATE
+SELECT outbox_reassign('agent:x', 'agent:y');
+\echo :SQLSTATE
+SELECT * FROM outbox_replay('agent:x');
+\echo :SQLSTATE
+SELECT outbox_purge('0 seconds');
+\echo :SQLSTATE
+SELECT * FROM outbox_stats();
+\echo :SQLSTATE
+SELECT outbox_state_guard();
+\echo :SQLSTATE
+SELECT id FROM delivery_outbox;
+\echo :SQLSTATE
+INSERT INTO delivery_outbox (recipient, kind, payload)
+VALUES ('agent:x', 'work', '\x01');
+\echo :SQLSTATE
+UPDATE delivery_outbox SET delivery_state = 'delivered';
+\echo :SQLSTATE
+DELETE FROM delivery_outbox;
+\echo :SQLSTATE
+TRUNCATE delivery_outbox;
+\echo :SQLSTATE
+SELECT nextval('delivery_outbox_id_seq');
+\echo :SQLSTATE
+RESET ROLE;
+
+--
+-- The README's roles
+--
+CREATE ROLE regress_outbox_producer;
+CREATE ROLE regress_outbox_relay;
+CREATE ROLE regress_outbox_monitor;
+GRANT EXECUTE ON FUNCTION outbox_enqueue(text, text, bytea, text)
+    TO regress_outbox_producer;
+GRANT EXECUTE ON FUNCTION outbox_claim(integer, text, text),
+                          outbox_ack(bigint, text),
+                          outbox_ack(bigint[], text),
+                          outbox_release(bigint[]),
+                          outbox_reclaim(interval, integer),
+                          outbox_reclaim_recipient(text, text),
+                          outbox_replay(text, bigint, integer, text)
+    TO regress_outbox_relay;
+GRANT EXECUTE ON FUNCTION outbox_stats() TO regress_outbox_monitor;
+GRANT SELECT (id, recipient, kind, tenant_id, delivery_state,
+              delivery_attempts, created_at, delivered_at, acked_at)
+    ON delivery_outbox TO regress_outbox_monitor;
+
+SELECT count(*) AS rows_before FROM delivery_outbox \gset
+
+-- producer: enqueue only
+SET ROLE regress_outbox_producer;
+BEGIN;
+SELECT outbox_enqueue('agent:r1', 'work', '\x21');
+SELECT outbox_enqueue('agent:r1', 'work', '\x22', 't1');
+COMMIT;
+SELECT * FROM outbox_claim();
+\echo :SQLSTATE
+SELECT outbox_ack(11);
+\echo :SQLSTATE
+SELECT outbox_ack('{11}'::bigint[]);
+\echo :SQLSTATE
+SELECT outbox_release('{11}'::bigint[]);
+\echo :SQLSTATE
+SELECT outbox_reclaim();
+\echo :SQLSTATE
+SELECT outbox_reclaim_recipient('agent:r1');
+\echo :SQLSTATE
+SELECT outbox_reassign('agent:r1', 'agent:r2');
+\echo :SQLSTATE
+SELECT * FROM outbox_replay('agent:r1');
+\echo :SQLSTATE
+SELECT outbox_purge('0 seconds');
+\echo :SQLSTATE
+SELECT * FROM outbox_stats();
+\echo :SQLSTATE
+SELECT id FROM delivery_outbox;
+\echo :SQLSTATE
+INSERT INTO delivery_outbox (recipient, kind, payload)
+VALUES ('agent:r1', 'work', '\x01');
+\echo :SQLSTATE
+UPDATE delivery_outbox SET delivery_state = 'delivered';
+\echo :SQLSTATE
+DELETE FROM delivery_outbox;
+\echo :SQLSTATE
+TRUNCATE delivery_outbox;
+\echo :SQLSTATE
+RESET ROLE;
+SELECT id, recipient, tenant_id, delivery_state FROM delivery_outbox
+ WHERE recipient = 'agent:r1' ORDER BY id;
+
+-- relay: claim, ack, release, reclaim, resync, replay
+SET ROLE regress_outbox_relay;
+SELECT id, recipient, delivery_state, delivery_attempts
+  FROM outbox_claim(10, 'agent:r1');
+SELECT outbox_ack(11, 'agent:r1');
+SELECT outbox_release('{12}'::bigint[]);
+SELECT id FROM outbox_claim(10, 'agent:r1', 't1');
+SELECT outbox_reclaim('0 seconds');
+SELECT id FROM outbox_claim(10, 'agent:r1', 't1');
+SELECT outbox_reclaim_recipient('agent:r1', 't1');
+SELECT id, delivery_state, delivery_attempts FROM outbox_replay('agent:r1');
+SELECT outbox_ack('{12}'::bigint[], 'agent:r1');
+SELECT outbox_enqueue('agent:r1', 'work', '\x23');
+\echo :SQLSTATE
+SELECT outbox_reassign('agent:r1', 'agent:r2');
+\echo :SQLSTATE
+SELECT outbox_purge('0 seconds');
+\echo :SQLSTATE
+SELECT * FROM outbox_stats();
+\echo :SQLSTATE
+SELECT id FROM delivery_outbox;
+\echo :SQLSTATE
+INSERT INTO delivery_outbox (recipient, kind, payload)
+VALUES ('agent:r1', 'work', '\x01');
+\echo :SQLSTATE
+UPDATE delivery_outbox SET delivery_state = 'pending';
+\echo :SQLSTATE
+DELETE FROM delivery_outbox;
+\echo :SQLSTATE
+TRUNCATE delivery_outbox;
+\echo :SQLSTATE
+RESET ROLE;
+
+-- monitor: outbox_stats and the table without its payload
+SET ROLE regress_outbox_monitor;
+SELECT pending, delivered, acked, open_recipients FROM outbox_stats();
+SELECT id, recipient, kind, tenant_id, delivery_state, delivery_attempts,
+       created_at IS NOT NULL AS has_created_at,
+       delivered_at IS NOT NULL AS has_delivered_at,
+       acked_at IS NOT NULL AS has_acked_at
+  FROM delivery_outbox WHERE recipient = 'agent:r1' ORDER BY id;
+SELECT count(*) = :rows_before + 2 AS sees_every_row FROM delivery_outbox;
+SELECT payload FROM delivery_outbox;
+\echo :SQLSTATE
+SELECT * FROM delivery_outbox;
+\echo :SQLSTATE
+SELECT outbox_enqueue('agent:r1', 'work', '\x24');
+\echo :SQLSTATE
+SELECT * FROM outbox_claim();
+\echo :SQLSTATE
+SELECT outbox_ack(11);
+\echo :SQLSTATE
+SELECT outbox_ack('{11}'::bigint[]);
+\echo :SQLSTATE
+SELECT outbox_release('{11}'::bigint[]);
+\echo :SQLSTATE
+SELECT outbox_reclaim();
+\echo :SQLSTATE
+SELECT outbox_reclaim_recipient('agent:r1');
+\echo :SQLSTATE
+SELECT outbox_reassign('agent:r1', 'agent:r2');
+\echo :SQLSTATE
+SELECT * FROM outbox_replay('agent:r1');
+\echo :SQLSTATE
+SELECT outbox_purge('0 seconds');
+\echo :SQLSTATE
+INSERT INTO delivery_outbox (recipient, kind, payload)
+VALUES ('agent:r1', 'work', '\x01');
+\echo :SQLSTATE
+UPDATE delivery_outbox SET delivery_state = 'pending';
+\echo :SQLSTATE
+DELETE FROM delivery_outbox;
+\echo :SQLSTATE
+TRUNCATE delivery_outbox;
+\echo :SQLSTATE
+RESET ROLE;
+SELECT count(*) = :rows_before + 2 AS nothing_else_written FROM delivery_outbox;
+
+--
+-- CREATE EXTENSION ... SCHEMA: everything lives there, and the functions work
+-- with that schema off search_path, whatever sits in public
+--
+DROP EXTENSION delivery_outbox;
+CREATE SCHEMA outbox;
+CREATE EXTENSION delivery_outbox SCHEMA outbox;
+SELECT extnamespace::regnamespace AS schema, extrelocatable
+  FROM pg_extension WHERE extname = 'delivery_outbox';
+SELECT count(*) AS objects_outside_schema
+  FROM pg_depend d
+  JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'delivery_outbox'
+ WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
+   AND CASE d.classid
+         WHEN 'pg_proc'::regclass THEN
+           (SELECT pronamespace FROM pg_proc WHERE oid = d.objid)
+         WHEN 'pg_class'::regclass THEN
+           (SELECT relnamespace FROM pg_class WHERE oid = d.objid)
+       END <> 'outbox'::regnamespace;
+-- a decoy where the table used to be: this session's cache must not use it
+CREATE TABLE public.delivery_outbox (LIKE hostile.delivery_outbox);
+CREATE TRIGGER trap BEFORE INSERT OR UPDATE OR DELETE ON public.delivery_outbox
+    FOR EACH ROW EXECUTE FUNCTION hostile.trap();
+SET search_path = public;
+SELECT outbox.outbox_enqueue('agent:s', 'work', '\x01');
+SELECT outbox.outbox_enqueue('agent:s', 'work', '\x02', 't1');
+SELECT outbox.outbox_enqueue('agent:s2', 'work', '\x03');
+SELECT id, recipient, delivery_state, delivery_attempts
+  FROM outbox.outbox_claim(1);
+SELECT id FROM outbox.outbox_claim(10, 'agent:s', 't1');
+SELECT outbox.outbox_ack(1, 'agent:s');
+SELECT outbox.outbox_release('{2}'::bigint[]);
+SELECT id FROM outbox.outbox_claim(10, 'agent:s');
+SELECT outbox.outbox_reclaim('0 seconds', 10);
+SELECT id FROM outbox.outbox_claim(10, NULL, 't1');
+SELECT outbox.outbox_reclaim_recipient('agent:s', 't1');
+SELECT outbox.outbox_reassign('agent:s2', 'agent:s');
+SELECT id, recipient, delivery_state FROM outbox.outbox_replay('agent:s');
+SELECT outbox.outbox_ack('{2,3}'::bigint[]);
+SELECT pending, delivered, acked FROM outbox.outbox_stats();
+SELECT outbox.outbox_purge('0 seconds');
+INSERT INTO outbox.delivery_outbox (recipient, kind, payload)
+VALUES ('agent:s', 'work', '\x04');
+UPDATE outbox.delivery_outbox SET delivery_state = 'delivered' WHERE id = 4;
+UPDATE outbox.delivery_outbox SET delivery_state = 'acked' WHERE id = 4;
+UPDATE outbox.delivery_outbox SET delivery_state = 'pending' WHERE id = 4;
+\echo :SQLSTATE
+SELECT id, recipient, delivery_state, delivery_attempts
+  FROM outbox.delivery_outbox ORDER BY id;
+SELECT count(*) FROM public.delivery_outbox;
+-- the functions do not find the table by name under a new name either
+BEGIN;
+ALTER TABLE outbox.delivery_outbox RENAME TO delivery_outbox_renamed;
+SELECT outbox.outbox_enqueue('agent:s', 'work', '\x05');
+\echo :SQLSTATE
+ROLLBACK;
+SELECT outbox.outbox_enqueue('agent:s', 'work', '\x06') > 0 AS enqueued;
+-- not relocatable
+ALTER EXTENSION delivery_outbox SET SCHEMA public;
+\echo :SQLSTATE
+SELECT extnamespace::regnamespace AS schema
+  FROM pg_extension WHERE extname = 'delivery_outbox';
+RESET search_path;
+
+--
+-- Dropped and created again, in public, in the same session: the functions
+-- follow, and a decoy now in schema outbox stays untouched
+--
+DROP EXTENSION delivery_outbox;
+DROP TABLE public.delivery_outbox;
+CREATE TABLE outbox.delivery_outbox (LIKE hostile.delivery_outbox);
+CREATE TRIGGER trap BEFORE INSERT OR UPDATE OR DELETE ON outbox.delivery_outbox
+    FOR EACH ROW EXECUTE FUNCTION hostile.trap();
+CREATE EXTENSION delivery_outbox;
+SELECT outbox_enqueue('agent:t', 'work', '\x01');
+SELECT id, recipient, delivery_state, delivery_attempts FROM outbox_claim();
+SELECT outbox_ack(1);
+SELECT outbox_enqueue('agent:t', 'work', '\x02');
+SELECT id, delivery_state FROM outbox_replay('agent:t');
+SELECT pending, delivered, acked FROM outbox_stats();
+SELECT id, recipient, delivery_state, delivery_attempts
+  FROM public.delivery_outbox ORDER BY id;
+SELECT count(*) FROM outbox.delivery_outbox;
+
+DROP EXTENSION delivery_outbox;
+DROP TABLE outbox.delivery_outbox;
+DROP SCHEMA outbox;
+SET client_min_messages = warning;
+DROP SCHEMA hostile CASCADE;
+RESET client_min_messages;
+DROP ROLE regress_outbox_nobody;
+DROP ROLE regress_outbox_producer;
+DROP ROLE regress_outbox_relay;
+DROP ROLE regress_outbox_monitor;
