@@ -40,11 +40,19 @@ CREATE INDEX delivery_outbox_pending_idx
     ON delivery_outbox (id)
     WHERE delivery_state OPERATOR(pg_catalog.=) 'pending';
 
--- Per-recipient claim, replay, resync and reassign: a recipient's open rows in
--- id order.
+-- Per-recipient claim: a recipient's pending rows in id order.  An exact
+-- match for the claim's WHERE and ORDER BY, so the planner picks it with or
+-- without statistics and the claim reads only the rows it returns.
+CREATE INDEX delivery_outbox_pending_recipient_idx
+    ON delivery_outbox (recipient, id)
+    WHERE delivery_state OPERATOR(pg_catalog.=) 'pending';
+
+-- Replay, resync and reassign: a recipient's open rows in
+-- id order.  The predicate is written as "= ANY" (not "<> 'acked'") so that
+-- the planner can prove it from "delivery_state = 'pending'" as well.
 CREATE INDEX delivery_outbox_open_recipient_idx
     ON delivery_outbox (recipient, id)
-    WHERE delivery_state OPERATOR(pg_catalog.<>) 'acked';
+    WHERE delivery_state OPERATOR(pg_catalog.=) ANY ('{pending,delivered}'::text[]);
 
 -- The sweeper: delivered rows by the time they were pushed.
 CREATE INDEX delivery_outbox_delivered_idx

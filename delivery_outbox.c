@@ -1187,7 +1187,7 @@ outbox_plan_sql(OutboxPlanId id, const char *t)
 			return psprintf("SELECT id, delivery_state OPERATOR(pg_catalog.=) 'pending'"
 							" FROM %s"
 							" WHERE id OPERATOR(pg_catalog.=) ANY ($1)"
-							" AND delivery_state OPERATOR(pg_catalog.<>) 'acked'%s"
+							" AND delivery_state OPERATOR(pg_catalog.=) ANY ('{pending,delivered}'::pg_catalog.text[])%s"
 							" ORDER BY id FOR UPDATE",
 							t,
 							id == OUTBOX_PLAN_ACK_LOCK_R ?
@@ -1243,17 +1243,17 @@ outbox_plan_sql(OutboxPlanId id, const char *t)
 			return psprintf("WITH l AS ("
 							"SELECT id FROM %1$s"
 							" WHERE recipient OPERATOR(pg_catalog.=) $1"
-							" AND delivery_state OPERATOR(pg_catalog.<>) 'acked'"
+							" AND delivery_state OPERATOR(pg_catalog.=) ANY ('{pending,delivered}'::pg_catalog.text[])"
 							" ORDER BY id FOR UPDATE)"
 							" UPDATE %1$s o SET recipient = $2, delivery_state = 'pending'"
 							" FROM l WHERE o.id OPERATOR(pg_catalog.=) l.id"
-							" AND o.delivery_state OPERATOR(pg_catalog.<>) 'acked'", t);
+							" AND o.delivery_state OPERATOR(pg_catalog.=) ANY ('{pending,delivered}'::pg_catalog.text[])", t);
 
 		case OUTBOX_PLAN_REPLAY:
 		case OUTBOX_PLAN_REPLAY_T:
 			return psprintf("SELECT o FROM %s o"
 							" WHERE recipient OPERATOR(pg_catalog.=) $1"
-							" AND delivery_state OPERATOR(pg_catalog.<>) 'acked'"
+							" AND delivery_state OPERATOR(pg_catalog.=) ANY ('{pending,delivered}'::pg_catalog.text[])"
 							" AND id OPERATOR(pg_catalog.>) $2%s"
 							" ORDER BY id LIMIT $3",
 							t,
@@ -1279,7 +1279,7 @@ outbox_plan_sql(OutboxPlanId id, const char *t)
 							" $1 OPERATOR(pg_catalog.-) pg_catalog.min(delivered_at)"
 							" FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'delivered'),"
 							" pg_catalog.count(DISTINCT recipient)"
-							" FILTER (WHERE delivery_state OPERATOR(pg_catalog.<>) 'acked')"
+							" FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) ANY ('{pending,delivered}'::pg_catalog.text[]))"
 							" FROM %s", t);
 
 		case OUTBOX_NUM_PLANS:
