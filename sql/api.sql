@@ -17,6 +17,31 @@ SELECT id, recipient, kind, tenant_id, payload, delivery_state,
   FROM delivery_outbox
  ORDER BY id;
 
+--
+-- The table as SPEC describes it: columns, defaults, checks, indexes, the
+-- guard trigger (enabled ALWAYS), and both table and sequence dumped
+--
+SELECT attname, format_type(atttypid, atttypmod) AS type, attnotnull,
+       pg_get_expr(d.adbin, d.adrelid) AS default
+  FROM pg_attribute a
+  LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+ WHERE a.attrelid = 'delivery_outbox'::regclass AND a.attnum > 0
+   AND NOT a.attisdropped
+ ORDER BY a.attnum;
+SELECT contype, pg_get_constraintdef(oid) AS definition
+  FROM pg_constraint WHERE conrelid = 'delivery_outbox'::regclass
+ ORDER BY contype, 2;
+SELECT regexp_replace(pg_get_indexdef(indexrelid), 'INDEX \S+ ON', 'INDEX ON')
+       AS index
+  FROM pg_index WHERE indrelid = 'delivery_outbox'::regclass
+ ORDER BY 1;
+SELECT tgfoid::regproc AS function, tgenabled, tgtype & 1 = 1 AS for_each_row,
+       tgtype & 2 = 2 AS before, tgtype & 4 = 4 AS on_insert,
+       tgtype & 8 = 8 AS on_delete, tgtype & 16 = 16 AS on_update
+  FROM pg_trigger WHERE tgrelid = 'delivery_outbox'::regclass;
+SELECT extconfig::regclass[] AS dumped, extcondition, extrelocatable
+  FROM pg_extension WHERE extname = 'delivery_outbox';
+
 -- An empty outbox: counts are zero, the ages are NULL.
 SELECT * FROM outbox_stats();
 

@@ -209,6 +209,38 @@ UPDATE delivery_outbox SET recipient = '' WHERE id = 4;
 \echo :SQLSTATE
 
 --
+-- Other statements that UPDATE go through the same trigger: an upsert and
+-- MERGE (what ORMs and sync jobs issue)
+--
+INSERT INTO delivery_outbox (id, recipient, kind, payload, delivery_state,
+                             delivery_attempts, created_at, delivered_at,
+                             acked_at)
+VALUES (4, 'agent:d', 'work', '\x04', 'acked', 1, '2001-02-03 04:05:06+00',
+        '2001-02-03 04:06:00+00', '2001-02-03 04:07:00+00')
+ON CONFLICT (id) DO UPDATE SET delivery_state = excluded.delivery_state,
+                               acked_at = excluded.acked_at;
+\echo :SQLSTATE
+INSERT INTO delivery_outbox (id, recipient, kind, payload, delivery_state,
+                             delivery_attempts, created_at, delivered_at)
+VALUES (4, 'agent:d', 'work', '\x04', 'delivered', 7, '2001-02-03 04:05:06+00',
+        '2001-02-03 04:06:00+00')
+ON CONFLICT (id) DO UPDATE
+   SET delivery_state = excluded.delivery_state,
+       delivery_attempts = excluded.delivery_attempts,
+       delivered_at = excluded.delivered_at;
+SELECT id, delivery_state, delivery_attempts,
+       delivered_at > '2002-01-01' AS trigger_delivered_at
+  FROM delivery_outbox WHERE id = 4;
+MERGE INTO delivery_outbox o USING (VALUES (1::bigint), (4::bigint)) v(id)
+   ON o.id = v.id
+ WHEN MATCHED THEN UPDATE SET delivery_state = 'pending';
+\echo :SQLSTATE
+MERGE INTO delivery_outbox o USING (VALUES (4::bigint)) v(id) ON o.id = v.id
+ WHEN MATCHED THEN UPDATE SET delivery_state = 'pending', delivery_attempts = 0;
+SELECT id, delivery_state, delivery_attempts FROM delivery_outbox
+ WHERE id IN (1, 4) ORDER BY id;
+
+--
 -- session_replication_role = replica does not switch the trigger off
 --
 SET session_replication_role = replica;
