@@ -31,10 +31,20 @@ SELECT attname, format_type(atttypid, atttypmod) AS type, attnotnull,
 SELECT contype, pg_get_constraintdef(oid) AS definition
   FROM pg_constraint WHERE conrelid = 'delivery_outbox'::regclass
  ORDER BY contype, 2;
-SELECT regexp_replace(pg_get_indexdef(indexrelid), 'INDEX \S+ ON', 'INDEX ON')
-       AS index
-  FROM pg_index WHERE indrelid = 'delivery_outbox'::regclass
- ORDER BY 1;
+-- indexes for: pending rows in id order, a recipient's rows in id order,
+-- delivered rows by delivered_at (their exact predicates are the C code's
+-- business, so only the key columns are pinned)
+WITH ix AS (
+  SELECT i.indexrelid, i.indpred IS NOT NULL AS partial,
+         (SELECT array_agg(a.attname::text ORDER BY k.n)
+            FROM unnest(i.indkey) WITH ORDINALITY k(attnum, n)
+            JOIN pg_attribute a ON a.attrelid = i.indrelid
+                               AND a.attnum = k.attnum) AS keys
+    FROM pg_index i WHERE i.indrelid = 'delivery_outbox'::regclass)
+SELECT bool_or(keys = '{id}' AND partial) AS pending_by_id,
+       bool_or(keys[1:2] = '{recipient,id}') AS recipient_by_id,
+       bool_or(keys[1] = 'delivered_at') AS delivered_by_delivered_at
+  FROM ix;
 SELECT tgfoid::regproc AS function, tgenabled, tgtype & 1 = 1 AS for_each_row,
        tgtype & 2 = 2 AS before, tgtype & 4 = 4 AS on_insert,
        tgtype & 8 = 8 AS on_delete, tgtype & 16 = 16 AS on_update
