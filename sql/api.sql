@@ -211,6 +211,7 @@ SELECT id, recipient, delivery_state, delivery_attempts
   FROM delivery_outbox WHERE delivery_state <> 'acked' ORDER BY id;
 SELECT outbox_reclaim('1 hour');         -- 0: the rest are fresh
 SELECT outbox_reclaim('1 hour', 10);     -- 0
+SELECT outbox_reclaim('10000 years');    -- 0: nothing was delivered that long ago
 -- '0 seconds' takes them all; max_rows 1 takes the oldest delivery (row 11)
 SELECT outbox_reclaim('0 seconds', 1);
 SELECT id, recipient, delivery_state FROM delivery_outbox
@@ -309,6 +310,7 @@ VALUES ('agent:gone', 'work', '\x40', 'acked', 1, '2000-01-01 00:00:00+00',
        ('agent:gone', 'work', '\x43', 'pending', 0, '2000-01-04 00:00:00+00',
         NULL, NULL);
 SELECT delivery_state, count(*) FROM delivery_outbox GROUP BY 1 ORDER BY 1;
+SELECT outbox_purge('10000 years');      -- 0: nothing was acked that long ago
 SELECT outbox_purge('1 day');            -- 2: the two old acked rows
 SELECT payload, delivery_state FROM delivery_outbox
  WHERE recipient = 'agent:gone' ORDER BY id;

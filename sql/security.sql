@@ -475,6 +475,26 @@ ALTER EXTENSION delivery_outbox SET SCHEMA public;
 \echo :SQLSTATE
 SELECT extnamespace::regnamespace AS schema
   FROM pg_extension WHERE extname = 'delivery_outbox';
+-- the schema renamed, and a decoy under its old name: this session, which has
+-- used the functions, must follow the schema (by OID), not its old name
+ALTER SCHEMA outbox RENAME TO outbox_v1;
+CREATE SCHEMA outbox;
+CREATE TABLE outbox.delivery_outbox (LIKE hostile.delivery_outbox);
+CREATE TRIGGER trap BEFORE INSERT OR UPDATE OR DELETE ON outbox.delivery_outbox
+    FOR EACH ROW EXECUTE FUNCTION hostile.trap();
+SELECT outbox_v1.outbox_enqueue('agent:v1', 'work', '\x07') > 0 AS enqueued;
+SELECT id, recipient, delivery_state, delivery_attempts
+  FROM outbox_v1.outbox_claim(10, 'agent:v1');
+SELECT outbox_v1.outbox_ack(ARRAY(SELECT id FROM outbox_v1.delivery_outbox
+                                   WHERE recipient = 'agent:v1'));
+SELECT pending, delivered, acked FROM outbox_v1.outbox_stats();
+SELECT id, recipient, delivery_state FROM outbox_v1.delivery_outbox
+ ORDER BY id;
+SELECT count(*) AS decoy_rows FROM outbox.delivery_outbox;
+DROP TABLE outbox.delivery_outbox;
+DROP SCHEMA outbox;
+ALTER SCHEMA outbox_v1 RENAME TO outbox;
+SELECT outbox.outbox_purge('0 seconds');
 RESET search_path;
 
 --
