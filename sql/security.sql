@@ -147,6 +147,13 @@ SELECT outbox_reassign('agent:h', 'agent:h9');
 SELECT id, recipient, tenant_id, delivery_state FROM outbox_replay('agent:h9');
 SELECT id, recipient, tenant_id, delivery_state
   FROM outbox_replay('agent:h9', 5, 10, 't1');
+-- every kept statement re-analysed with the hostile path still in force
+DISCARD PLANS;
+SELECT outbox_enqueue('agent:h', 'work', '\x08', 't2') AS h8 \gset
+SELECT id - :h8 AS n, delivery_state FROM outbox_claim(10, 'agent:h', 't2');
+SELECT id - :h8 AS n FROM outbox_replay('agent:h', 0, 10, 't2');
+SELECT outbox_reassign('agent:h', 'agent:h9');
+SELECT outbox_ack(:h8, 'agent:h9');
 -- stats and purge
 SELECT pending, delivered, acked, open_recipients,
        oldest_pending_age IS NOT NULL AS has_pending_age,
@@ -156,29 +163,30 @@ SELECT outbox_purge('0 seconds');
 -- plain INSERT and UPDATE through the trigger (the statements name the real
 -- table and pg_catalog's operators; the trigger and defaults do the rest)
 INSERT INTO public.delivery_outbox (recipient, kind, payload)
-VALUES ('agent:plain', 'work', '\x10');
+VALUES ('agent:plain', 'work', '\x10') RETURNING id AS plain1 \gset
 INSERT INTO public.delivery_outbox (recipient, kind, payload, delivery_state,
                                     delivery_attempts, created_at, delivered_at)
 VALUES ('agent:plain', 'work', '\x11', 'delivered', 1,
-        '2001-02-03 04:05:06+00', '2001-02-03 04:06:00+00');
+        '2001-02-03 04:05:06+00', '2001-02-03 04:06:00+00')
+RETURNING id AS plain2 \gset
 UPDATE public.delivery_outbox SET delivery_state = 'delivered'
- WHERE id OPERATOR(pg_catalog.=) 8;
+ WHERE id OPERATOR(pg_catalog.=) :plain1;
 UPDATE public.delivery_outbox SET delivery_state = 'acked'
- WHERE id OPERATOR(pg_catalog.=) 8;
+ WHERE id OPERATOR(pg_catalog.=) :plain1;
 UPDATE public.delivery_outbox SET delivery_state = 'pending'
- WHERE id OPERATOR(pg_catalog.=) 8;
+ WHERE id OPERATOR(pg_catalog.=) :plain1;
 \echo :SQLSTATE
 UPDATE public.delivery_outbox SET recipient = 'agent:plain2'
- WHERE id OPERATOR(pg_catalog.=) 9;
+ WHERE id OPERATOR(pg_catalog.=) :plain2;
 UPDATE public.delivery_outbox SET payload = '\x99'
- WHERE id OPERATOR(pg_catalog.=) 9;
+ WHERE id OPERATOR(pg_catalog.=) :plain2;
 \echo :SQLSTATE
 SET delivery_outbox.max_payload_size = '1B';
 INSERT INTO public.delivery_outbox (recipient, kind, payload)
 VALUES ('agent:plain', 'work', '\x1213');
 \echo :SQLSTATE
 RESET delivery_outbox.max_payload_size;
-SELECT outbox_ack(9, 'agent:plain2');
+SELECT outbox_ack(:plain2, 'agent:plain2');
 RESET search_path;
 
 -- the real table has every row; the impostors have none
@@ -297,16 +305,17 @@ SELECT count(*) AS rows_before FROM delivery_outbox \gset
 -- producer: enqueue only
 SET ROLE regress_outbox_producer;
 BEGIN;
-SELECT outbox_enqueue('agent:r1', 'work', '\x21');
-SELECT outbox_enqueue('agent:r1', 'work', '\x22', 't1');
+SELECT outbox_enqueue('agent:r1', 'work', '\x21') AS r1 \gset
+SELECT outbox_enqueue('agent:r1', 'work', '\x22', 't1') AS r2 \gset
 COMMIT;
+SELECT :r2 - :r1 AS ids_apart;
 SELECT * FROM outbox_claim();
 \echo :SQLSTATE
-SELECT outbox_ack(11);
+SELECT outbox_ack(:r1);
 \echo :SQLSTATE
-SELECT outbox_ack('{11}'::bigint[]);
+SELECT outbox_ack(ARRAY[:r1]::bigint[]);
 \echo :SQLSTATE
-SELECT outbox_release('{11}'::bigint[]);
+SELECT outbox_release(ARRAY[:r1]::bigint[]);
 \echo :SQLSTATE
 SELECT outbox_reclaim();
 \echo :SQLSTATE
@@ -332,21 +341,22 @@ DELETE FROM delivery_outbox;
 TRUNCATE delivery_outbox;
 \echo :SQLSTATE
 RESET ROLE;
-SELECT id, recipient, tenant_id, delivery_state FROM delivery_outbox
+SELECT id - :r1 AS n, recipient, tenant_id, delivery_state FROM delivery_outbox
  WHERE recipient = 'agent:r1' ORDER BY id;
 
 -- relay: claim, ack, release, reclaim, resync, replay
 SET ROLE regress_outbox_relay;
-SELECT id, recipient, delivery_state, delivery_attempts
+SELECT id - :r1 AS n, recipient, delivery_state, delivery_attempts
   FROM outbox_claim(10, 'agent:r1');
-SELECT outbox_ack(11, 'agent:r1');
-SELECT outbox_release('{12}'::bigint[]);
-SELECT id FROM outbox_claim(10, 'agent:r1', 't1');
+SELECT outbox_ack(:r1, 'agent:r1');
+SELECT outbox_release(ARRAY[:r2]::bigint[]);
+SELECT id - :r1 AS n FROM outbox_claim(10, 'agent:r1', 't1');
 SELECT outbox_reclaim('0 seconds');
-SELECT id FROM outbox_claim(10, 'agent:r1', 't1');
+SELECT id - :r1 AS n FROM outbox_claim(10, 'agent:r1', 't1');
 SELECT outbox_reclaim_recipient('agent:r1', 't1');
-SELECT id, delivery_state, delivery_attempts FROM outbox_replay('agent:r1');
-SELECT outbox_ack('{12}'::bigint[], 'agent:r1');
+SELECT id - :r1 AS n, delivery_state, delivery_attempts
+  FROM outbox_replay('agent:r1');
+SELECT outbox_ack(ARRAY[:r2]::bigint[], 'agent:r1');
 SELECT outbox_enqueue('agent:r1', 'work', '\x23');
 \echo :SQLSTATE
 SELECT outbox_reassign('agent:r1', 'agent:r2');
@@ -371,8 +381,8 @@ RESET ROLE;
 -- monitor: outbox_stats and the table without its payload
 SET ROLE regress_outbox_monitor;
 SELECT pending, delivered, acked, open_recipients FROM outbox_stats();
-SELECT id, recipient, kind, tenant_id, delivery_state, delivery_attempts,
-       created_at IS NOT NULL AS has_created_at,
+SELECT id - :r1 AS n, recipient, kind, tenant_id, delivery_state,
+       delivery_attempts, created_at IS NOT NULL AS has_created_at,
        delivered_at IS NOT NULL AS has_delivered_at,
        acked_at IS NOT NULL AS has_acked_at
   FROM delivery_outbox WHERE recipient = 'agent:r1' ORDER BY id;
@@ -385,11 +395,11 @@ SELECT outbox_enqueue('agent:r1', 'work', '\x24');
 \echo :SQLSTATE
 SELECT * FROM outbox_claim();
 \echo :SQLSTATE
-SELECT outbox_ack(11);
+SELECT outbox_ack(:r1);
 \echo :SQLSTATE
-SELECT outbox_ack('{11}'::bigint[]);
+SELECT outbox_ack(ARRAY[:r1]::bigint[]);
 \echo :SQLSTATE
-SELECT outbox_release('{11}'::bigint[]);
+SELECT outbox_release(ARRAY[:r1]::bigint[]);
 \echo :SQLSTATE
 SELECT outbox_reclaim();
 \echo :SQLSTATE
