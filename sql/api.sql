@@ -51,6 +51,16 @@ SELECT tgfoid::regproc AS function, tgenabled, tgtype & 1 = 1 AS for_each_row,
   FROM pg_trigger WHERE tgrelid = 'delivery_outbox'::regclass;
 SELECT extconfig::regclass[] AS dumped, extcondition, extrelocatable
   FROM pg_extension WHERE extname = 'delivery_outbox';
+-- the functions: argument names and defaults (callers use named notation),
+-- results, none STRICT (a NULL must raise, not return NULL), all VOLATILE
+SELECT p.proname, pg_get_function_arguments(p.oid) AS arguments,
+       pg_get_function_result(p.oid) AS result, p.proisstrict, p.provolatile
+  FROM pg_proc p
+  JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid
+                  AND d.refclassid = 'pg_extension'::regclass
+                  AND d.deptype = 'e'
+  JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'delivery_outbox'
+ ORDER BY p.proname, arguments;
 
 -- An empty outbox: counts are zero, the ages are NULL.
 SELECT * FROM outbox_stats();
