@@ -50,7 +50,9 @@
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "catalog/indexing.h"
+#include "catalog/dependency.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_depend.h"
 #include "catalog/pg_extension.h"
 #include "catalog/pg_type.h"
 #include "commands/async.h"
@@ -145,6 +147,8 @@ typedef struct OutboxColumns
 void		_PG_init(void);
 
 static void outbox_relcache_callback(Datum arg, Oid relid);
+static void outbox_syscache_callback(Datum arg, int cacheid, uint32 hashvalue);
+static Oid	outbox_member_table(Oid ext_oid);
 static const char *outbox_table(void);
 static void outbox_reset_cache(void);
 static SPIPlanPtr outbox_plan(OutboxPlanId id);
@@ -196,7 +200,6 @@ static double outbox_notify_queue_limit = 0.5;
 
 /* Where the extension's table is, resolved once per backend. */
 static Oid	outbox_ext_oid = InvalidOid;
-static Oid	outbox_nsp_oid = InvalidOid;
 static Oid	outbox_rel_oid = InvalidOid;
 static char *outbox_qualified_table = NULL;
 static bool outbox_cache_stale = false;
@@ -269,6 +272,8 @@ _PG_init(void)
 #endif
 
 	CacheRegisterRelcacheCallback(outbox_relcache_callback, (Datum) 0);
+	CacheRegisterSyscacheCallback(NAMESPACEOID, outbox_syscache_callback,
+								  (Datum) 0);
 }
 
 /*
@@ -1031,6 +1036,18 @@ outbox_relcache_callback(Datum arg, Oid relid)
 }
 
 /*
+ * outbox_syscache_callback
+ *
+ * A schema was renamed (or otherwise changed): re-check the table's
+ * qualified name at next use.
+ */
+static void
+outbox_syscache_callback(Datum arg, int cacheid, uint32 hashvalue)
+{
+	outbox_cache_stale = true;
+}
+
+/*
  * outbox_reset_cache
  *
  * Forget the table's location and the statements built on it.
@@ -1050,7 +1067,6 @@ outbox_reset_cache(void)
 		MemoryContextReset(OutboxCacheContext);
 	outbox_qualified_table = NULL;
 	outbox_ext_oid = InvalidOid;
-	outbox_nsp_oid = InvalidOid;
 	outbox_rel_oid = InvalidOid;
 	outbox_cache_stale = false;
 }
@@ -1058,30 +1074,27 @@ outbox_reset_cache(void)
 /*
  * outbox_table
  *
- * The schema-qualified, quoted name of the extension's table.  The schema is
- * read from pg_extension by the extension's OID (PG15 exports no
- * get_extension_schema()), never from search_path.  Raises 42704 when the
- * extension is not installed in this database.
+ * The schema-qualified, quoted name of the extension's table.  The table is
+ * found by OID, as the plain table that is a member of the extension
+ * (pg_depend), and its schema and name are read from the catalogs; nothing
+ * goes through search_path.  The name is rebuilt (and the statements built on
+ * it dropped) when the table, its schema or the extension changes, so a
+ * renamed schema or a same-named table elsewhere cannot redirect us.  Raises
+ * 42704 when the extension is not installed in this database.
  */
 static const char *
 outbox_table(void)
 {
 	if (OidIsValid(outbox_rel_oid) && outbox_cache_stale)
 	{
-		HeapTuple	tp = SearchSysCache1(RELOID, ObjectIdGetDatum(outbox_rel_oid));
-		bool		same = false;
+		char	   *relname = get_rel_name(outbox_rel_oid);
+		char	   *nspname = get_namespace_name(get_rel_namespace(outbox_rel_oid));
+		char	   *current = NULL;
 
-		if (HeapTupleIsValid(tp))
-		{
-			Form_pg_class relform = (Form_pg_class) GETSTRUCT(tp);
-
-			same = relform->relnamespace == outbox_nsp_oid &&
-				strcmp(NameStr(relform->relname), OUTBOX_TABLE_NAME) == 0;
-			ReleaseSysCache(tp);
-		}
-		if (same)
-			same = get_extension_oid(OUTBOX_EXTENSION_NAME, true) == outbox_ext_oid;
-		if (!same)
+		if (relname != NULL && nspname != NULL &&
+			get_extension_oid(OUTBOX_EXTENSION_NAME, true) == outbox_ext_oid)
+			current = quote_qualified_identifier(nspname, relname);
+		if (current == NULL || strcmp(current, outbox_qualified_table) != 0)
 			outbox_reset_cache();
 		outbox_cache_stale = false;
 	}
@@ -1089,12 +1102,8 @@ outbox_table(void)
 	if (!OidIsValid(outbox_rel_oid))
 	{
 		Oid			ext_oid;
-		Oid			nsp_oid = InvalidOid;
 		Oid			rel_oid;
-		Relation	extrel;
-		SysScanDesc scan;
-		ScanKeyData key;
-		HeapTuple	tup;
+		char	   *relname;
 		char	   *nspname;
 
 		ext_oid = get_extension_oid(OUTBOX_EXTENSION_NAME, true);
@@ -1105,21 +1114,11 @@ outbox_table(void)
 							OUTBOX_EXTENSION_NAME),
 					 errhint("Run CREATE EXTENSION %s.", OUTBOX_EXTENSION_NAME)));
 
-		extrel = table_open(ExtensionRelationId, AccessShareLock);
-		ScanKeyInit(&key, Anum_pg_extension_oid, BTEqualStrategyNumber,
-					F_OIDEQ, ObjectIdGetDatum(ext_oid));
-		scan = systable_beginscan(extrel, ExtensionOidIndexId, true,
-								  NULL, 1, &key);
-		tup = systable_getnext(scan);
-		if (HeapTupleIsValid(tup))
-			nsp_oid = ((Form_pg_extension) GETSTRUCT(tup))->extnamespace;
-		systable_endscan(scan);
-		table_close(extrel, AccessShareLock);
-
-		nspname = OidIsValid(nsp_oid) ? get_namespace_name(nsp_oid) : NULL;
-		rel_oid = OidIsValid(nsp_oid) ?
-			get_relname_relid(OUTBOX_TABLE_NAME, nsp_oid) : InvalidOid;
-		if (nspname == NULL || !OidIsValid(rel_oid))
+		rel_oid = outbox_member_table(ext_oid);
+		relname = OidIsValid(rel_oid) ? get_rel_name(rel_oid) : NULL;
+		nspname = OidIsValid(rel_oid) ?
+			get_namespace_name(get_rel_namespace(rel_oid)) : NULL;
+		if (relname == NULL || nspname == NULL)
 			ereport(ERROR,
 					(errcode(ERRCODE_UNDEFINED_TABLE),
 					 errmsg("table \"%s\" of extension \"%s\" does not exist",
@@ -1132,15 +1131,58 @@ outbox_table(void)
 													   ALLOCSET_SMALL_SIZES);
 		outbox_qualified_table =
 			MemoryContextStrdup(OutboxCacheContext,
-								quote_qualified_identifier(nspname,
-														   OUTBOX_TABLE_NAME));
+								quote_qualified_identifier(nspname, relname));
 		outbox_ext_oid = ext_oid;
-		outbox_nsp_oid = nsp_oid;
 		outbox_rel_oid = rel_oid;
 		outbox_cache_stale = false;
 	}
 
 	return outbox_qualified_table;
+}
+
+/*
+ * outbox_member_table
+ *
+ * The OID of the extension's table: the plain table recorded in pg_depend as
+ * a member of the extension (the one named delivery_outbox, should more
+ * tables have been added to it), or InvalidOid.
+ */
+static Oid
+outbox_member_table(Oid ext_oid)
+{
+	Relation	deprel;
+	SysScanDesc scan;
+	ScanKeyData key[3];
+	HeapTuple	tup;
+	Oid			result = InvalidOid;
+
+	deprel = table_open(DependRelationId, AccessShareLock);
+	ScanKeyInit(&key[0], Anum_pg_depend_refclassid, BTEqualStrategyNumber,
+				F_OIDEQ, ObjectIdGetDatum(ExtensionRelationId));
+	ScanKeyInit(&key[1], Anum_pg_depend_refobjid, BTEqualStrategyNumber,
+				F_OIDEQ, ObjectIdGetDatum(ext_oid));
+	ScanKeyInit(&key[2], Anum_pg_depend_refobjsubid, BTEqualStrategyNumber,
+				F_INT4EQ, Int32GetDatum(0));
+	scan = systable_beginscan(deprel, DependReferenceIndexId, true,
+							  NULL, 3, key);
+	while (HeapTupleIsValid(tup = systable_getnext(scan)))
+	{
+		Form_pg_depend dep = (Form_pg_depend) GETSTRUCT(tup);
+		char	   *relname;
+
+		if (dep->classid != RelationRelationId ||
+			dep->deptype != DEPENDENCY_EXTENSION ||
+			get_rel_relkind(dep->objid) != RELKIND_RELATION)
+			continue;
+		relname = get_rel_name(dep->objid);
+		if (!OidIsValid(result) ||
+			(relname != NULL && strcmp(relname, OUTBOX_TABLE_NAME) == 0))
+			result = dep->objid;
+	}
+	systable_endscan(scan);
+	table_close(deprel, AccessShareLock);
+
+	return result;
 }
 
 /*
@@ -1551,6 +1593,7 @@ static Datum
 outbox_cutoff(FunctionCallInfo fcinfo, int argno)
 {
 	Interval	zero;
+	Interval	limit;
 	Datum		older_than;
 
 	if (PG_ARGISNULL(argno))
@@ -1565,6 +1608,21 @@ outbox_cutoff(FunctionCallInfo fcinfo, int argno)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("older_than must not be negative")));
+
+	/*
+	 * Subtracting thousands of years would fall off the start of the
+	 * timestamp range; nothing is that old, so such a cutoff matches nothing.
+	 */
+	memset(&limit, 0, sizeof(limit));
+	limit.month = 5000 * MONTHS_PER_YEAR;
+	if (DatumGetBool(DirectFunctionCall2(interval_gt, older_than,
+										 IntervalPGetDatum(&limit))))
+	{
+		TimestampTz cutoff;
+
+		TIMESTAMP_NOBEGIN(cutoff);
+		return TimestampTzGetDatum(cutoff);
+	}
 
 	return DirectFunctionCall2(timestamptz_mi_interval,
 							   TimestampTzGetDatum(GetCurrentTimestamp()),

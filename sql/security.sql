@@ -473,11 +473,12 @@ UPDATE outbox.delivery_outbox SET delivery_state = 'pending' WHERE id = 4;
 SELECT id, recipient, delivery_state, delivery_attempts
   FROM outbox.delivery_outbox ORDER BY id;
 SELECT count(*) FROM public.delivery_outbox;
--- the functions do not find the table by name under a new name either
+-- the functions follow the extension's table by OID, even renamed
 BEGIN;
 ALTER TABLE outbox.delivery_outbox RENAME TO delivery_outbox_renamed;
 SELECT outbox.outbox_enqueue('agent:s', 'work', '\x05');
 \echo :SQLSTATE
+SELECT count(*) AS in_renamed FROM outbox.delivery_outbox_renamed WHERE id = 5;
 ROLLBACK;
 SELECT outbox.outbox_enqueue('agent:s', 'work', '\x06') > 0 AS enqueued;
 -- not relocatable
