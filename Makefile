@@ -1,6 +1,7 @@
 # Makefile for delivery_outbox (PGXS)
 
-MODULES = delivery_outbox
+MODULE_big = delivery_outbox
+OBJS = delivery_outbox.o outbox_sweeper.o
 EXTENSION = delivery_outbox
 DATA = $(wildcard delivery_outbox--*.sql)
 PGFILEDESC = "delivery_outbox - ack-tracked push-delivery outbox"
@@ -12,3 +13,5 @@ TAP_TESTS = 1
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+delivery_outbox.o outbox_sweeper.o: delivery_outbox.h

@@ -49,6 +49,7 @@
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/table.h"
+#include "access/xact.h"
 #include "catalog/indexing.h"
 #include "catalog/dependency.h"
 #include "catalog/pg_class.h"
@@ -57,11 +58,13 @@
 #include "catalog/pg_type.h"
 #include "commands/async.h"
 #include "commands/extension.h"
+#include "commands/dbcommands.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "pgstat.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
@@ -76,12 +79,12 @@
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
+#include "delivery_outbox.h"
+
 PG_MODULE_MAGIC;
 
 /* Names of the extension, its table and the table's columns. */
-#define OUTBOX_EXTENSION_NAME	"delivery_outbox"
 #define OUTBOX_TABLE_NAME		"delivery_outbox"
-#define OUTBOX_GUC_PREFIX		"delivery_outbox"
 
 #define COL_ID					"id"
 #define COL_RECIPIENT			"recipient"
@@ -115,6 +118,10 @@ typedef enum OutboxPlanId
 	OUTBOX_PLAN_REPLAY_T,
 	OUTBOX_PLAN_PURGE,
 	OUTBOX_PLAN_STATS,
+	OUTBOX_PLAN_ENQUEUE_BATCH,
+	OUTBOX_PLAN_EXISTS,
+	OUTBOX_PLAN_EXISTS_R,
+	OUTBOX_PLAN_BACKLOG,
 	OUTBOX_NUM_PLANS
 } OutboxPlanId;
 
@@ -144,6 +151,22 @@ typedef struct OutboxColumns
 	AttrNumber	acked_at;
 } OutboxColumns;
 
+/*
+ * What the current transaction did, kept per (sub)transaction level and
+ * published only when the top-level transaction commits: counter deltas for
+ * shared memory, whether rows became pending (outbox_wait() sleepers are
+ * woken), and how many of the deferred wake-up ids belong to the levels
+ * below this one.
+ */
+typedef struct OutboxXactLevel
+{
+	int			nest_level;
+	int64		deltas[OUTBOX_NUM_COUNTERS];
+	bool		made_pending;
+	int			nids_at_start;
+	struct OutboxXactLevel *parent;
+} OutboxXactLevel;
+
 void		_PG_init(void);
 
 static void outbox_relcache_callback(Datum arg, Oid relid);
@@ -159,7 +182,17 @@ static const OutboxColumns *outbox_columns(Relation rel, const char *funcname);
 static AttrNumber outbox_column(Relation rel, const char *name, Oid typid);
 static OutboxState outbox_parse_state(Relation rel, AttrNumber attnum,
 									  Datum value, int64 id);
-static void outbox_notify(int64 id);
+static void outbox_wake(int64 id);
+static OutboxXactLevel *outbox_level(void);
+static void outbox_xact_callback(XactEvent event, void *arg);
+static void outbox_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+									SubTransactionId parentSubid, void *arg);
+static void outbox_count_state(OutboxState state, int64 delta);
+static OutboxDatabase *outbox_my_database(bool create);
+static int	outbox_int64_cmp(const void *a, const void *b);
+static Datum outbox_text_array(FunctionCallInfo fcinfo, int argno,
+							   const char *name, bool required,
+							   bool elements_required, int *nitems);
 static bool outbox_datum_equal(Datum a, bool a_null, Datum b, bool b_null,
 							   Form_pg_attribute att);
 static HeapTuple outbox_guard_insert(Relation rel, HeapTuple tuple,
@@ -192,11 +225,22 @@ PG_FUNCTION_INFO_V1(outbox_reassign);
 PG_FUNCTION_INFO_V1(outbox_replay);
 PG_FUNCTION_INFO_V1(outbox_purge);
 PG_FUNCTION_INFO_V1(outbox_stats);
+PG_FUNCTION_INFO_V1(outbox_enqueue_batch);
+PG_FUNCTION_INFO_V1(outbox_wait);
+PG_FUNCTION_INFO_V1(outbox_activity);
+
+static const struct config_enum_entry outbox_notify_options[] = {
+	{"commit", OUTBOX_NOTIFY_COMMIT, false},
+	{"deferred", OUTBOX_NOTIFY_DEFERRED, false},
+	{"off", OUTBOX_NOTIFY_OFF, false},
+	{NULL, 0, false}
+};
 
 /* GUC variables */
 static char *outbox_channel = NULL;
 static int	outbox_max_payload_size = 1024 * 1024;
 static double outbox_notify_queue_limit = 0.5;
+static int	outbox_notify_mode = OUTBOX_NOTIFY_COMMIT;
 
 /* Where the extension's table is, resolved once per backend. */
 static Oid	outbox_ext_oid = InvalidOid;
@@ -209,6 +253,15 @@ static SPIPlanPtr outbox_plans[OUTBOX_NUM_PLANS];
 /* The trigger's column map, and whether a skipped NOTIFY was logged. */
 static OutboxColumns outbox_cols;
 static bool outbox_skip_logged = false;
+
+/* This transaction's bookkeeping (in TopTransactionContext), see above. */
+static OutboxXactLevel *outbox_xact = NULL;
+static int64 *outbox_deferred_ids = NULL;
+static int	outbox_deferred_count = 0;
+static int	outbox_deferred_space = 0;
+
+/* Which counter a delivered -> pending move feeds: release or reclaim. */
+static OutboxCounter outbox_requeue_counter = OUTBOX_COUNT_RECLAIMED;
 
 static bool
 outbox_channel_check(char **newval, void **extra, GucSource source)
@@ -265,6 +318,18 @@ _PG_init(void)
 							 0,
 							 NULL, NULL, NULL);
 
+	DefineCustomEnumVariable(OUTBOX_GUC_PREFIX ".notify",
+							 "How relays are woken when rows become pending.",
+							 "commit: NOTIFY in the producer's transaction; deferred: hand the ids to the background worker at commit; off: no NOTIFY.",
+							 &outbox_notify_mode,
+							 OUTBOX_NOTIFY_COMMIT,
+							 outbox_notify_options,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
+
+	outbox_sweeper_init();
+
 #if PG_VERSION_NUM >= 150000
 	MarkGUCPrefixReserved(OUTBOX_GUC_PREFIX);
 #else
@@ -274,16 +339,19 @@ _PG_init(void)
 	CacheRegisterRelcacheCallback(outbox_relcache_callback, (Datum) 0);
 	CacheRegisterSyscacheCallback(NAMESPACEOID, outbox_syscache_callback,
 								  (Datum) 0);
+	RegisterXactCallback(outbox_xact_callback, NULL);
+	RegisterSubXactCallback(outbox_subxact_callback, NULL);
 }
 
 /*
  * outbox_state_guard
  *
- * BEFORE INSERT OR UPDATE ... FOR EACH ROW trigger enforcing the state
- * machine and maintaining the bookkeeping columns.  Works on any table that
- * has the outbox's columns (looked up by name), raises 39P01 when not fired
- * as a BEFORE ROW INSERT/UPDATE trigger, 42703 for a missing column, 09000
- * for a column of the wrong type, and 23514 for any illegal row.
+ * BEFORE INSERT OR UPDATE OR DELETE ... FOR EACH ROW trigger enforcing the
+ * state machine and maintaining the bookkeeping columns (deletes are only
+ * counted).  Works on any table that has the outbox's columns (looked up by
+ * name), raises 39P01 when not fired as a BEFORE ROW INSERT/UPDATE/DELETE
+ * trigger, 42703 for a missing column, 09000 for a column of the wrong type,
+ * and 23514 for any illegal row.
  */
 Datum
 outbox_state_guard(PG_FUNCTION_ARGS)
@@ -305,13 +373,28 @@ outbox_state_guard(PG_FUNCTION_ARGS)
 				 errmsg("function \"%s\" must be fired BEFORE ROW", funcname)));
 
 	if (!TRIGGER_FIRED_BY_INSERT(trigdata->tg_event) &&
-		!TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
+		!TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) &&
+		!TRIGGER_FIRED_BY_DELETE(trigdata->tg_event))
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-				 errmsg("function \"%s\" must be fired for INSERT or UPDATE",
+				 errmsg("function \"%s\" must be fired for INSERT, UPDATE or DELETE",
 						funcname)));
 
 	cols = outbox_columns(trigdata->tg_relation, funcname);
+
+	if (TRIGGER_FIRED_BY_DELETE(trigdata->tg_event))
+	{
+		Datum		d;
+		bool		isnull;
+
+		d = heap_getattr(trigdata->tg_trigtuple, cols->state,
+						 RelationGetDescr(trigdata->tg_relation), &isnull);
+		if (!isnull)
+			outbox_count_state(outbox_parse_state(trigdata->tg_relation,
+												  cols->state, d, 0), -1);
+		outbox_count(OUTBOX_COUNT_PURGED, 1);
+		return PointerGetDatum(trigdata->tg_trigtuple);
+	}
 
 	if (TRIGGER_FIRED_BY_INSERT(trigdata->tg_event))
 		return PointerGetDatum(outbox_guard_insert(trigdata->tg_relation,
@@ -452,10 +535,23 @@ outbox_release(PG_FUNCTION_ARGS)
 {
 	Datum		values[1];
 
+	uint64		count;
+
 	values[0] = outbox_check_ids(fcinfo, 0);
 
-	return outbox_count_result(outbox_lock_then_update(OUTBOX_PLAN_RELEASE,
-													   values, NULL));
+	/* the trigger counts these delivered -> pending moves as releases */
+	outbox_requeue_counter = OUTBOX_COUNT_RELEASED;
+	PG_TRY();
+	{
+		count = outbox_lock_then_update(OUTBOX_PLAN_RELEASE, values, NULL);
+	}
+	PG_FINALLY();
+	{
+		outbox_requeue_counter = OUTBOX_COUNT_RECLAIMED;
+	}
+	PG_END_TRY();
+
+	return outbox_count_result(count);
 }
 
 /*
@@ -467,20 +563,31 @@ outbox_release(PG_FUNCTION_ARGS)
 Datum
 outbox_reclaim(PG_FUNCTION_ARGS)
 {
+	TimestampTz cutoff = DatumGetTimestampTz(outbox_cutoff(fcinfo, 0));
+	int64		max_rows = PG_ARGISNULL(1) ? 0 : outbox_check_max_rows(fcinfo, 1);
+
+	return outbox_count_result(outbox_reclaim_rows(cutoff, max_rows));
+}
+
+/*
+ * outbox_reclaim_rows
+ *
+ * The C path of outbox_reclaim(), shared with the sweeper: rows delivered
+ * before cutoff back to pending, at most max_rows (all when <= 0), skipping
+ * locked rows.  Returns the number reclaimed.
+ */
+uint64
+outbox_reclaim_rows(TimestampTz cutoff, int64 max_rows)
+{
 	Datum		values[2];
 	char		nulls[2] = {' ', ' '};
 
-	values[0] = outbox_cutoff(fcinfo, 0);
-	if (PG_ARGISNULL(1))
-	{
-		values[1] = (Datum) 0;
+	values[0] = TimestampTzGetDatum(cutoff);
+	values[1] = Int64GetDatum(max_rows);
+	if (max_rows <= 0)
 		nulls[1] = 'n';
-	}
-	else
-		values[1] = Int64GetDatum(outbox_check_max_rows(fcinfo, 1));
 
-	return outbox_count_result(outbox_lock_then_update(OUTBOX_PLAN_RECLAIM,
-													   values, nulls));
+	return outbox_lock_then_update(OUTBOX_PLAN_RECLAIM, values, nulls);
 }
 
 /*
@@ -568,16 +675,35 @@ outbox_replay(PG_FUNCTION_ARGS)
 Datum
 outbox_purge(PG_FUNCTION_ARGS)
 {
-	Datum		values[1];
+	TimestampTz cutoff = DatumGetTimestampTz(outbox_cutoff(fcinfo, 0));
+
+	PG_RETURN_INT64((int64) outbox_purge_rows(cutoff, 0));
+}
+
+/*
+ * outbox_purge_rows
+ *
+ * The C path of outbox_purge(), shared with the sweeper: delete acked rows
+ * acked before cutoff, at most max_rows (all when <= 0), skipping locked
+ * rows.  Returns the number deleted.
+ */
+uint64
+outbox_purge_rows(TimestampTz cutoff, int64 max_rows)
+{
+	Datum		values[2];
+	char		nulls[2] = {' ', ' '};
 	uint64		count;
 
-	values[0] = outbox_cutoff(fcinfo, 0);
+	values[0] = TimestampTzGetDatum(cutoff);
+	values[1] = Int64GetDatum(max_rows);
+	if (max_rows <= 0)
+		nulls[1] = 'n';
 
 	SPI_connect();
-	count = outbox_execute(OUTBOX_PLAN_PURGE, values, NULL, SPI_OK_DELETE);
+	count = outbox_execute(OUTBOX_PLAN_PURGE, values, nulls, SPI_OK_DELETE);
 	SPI_finish();
 
-	PG_RETURN_INT64((int64) count);
+	return count;
 }
 
 /*
@@ -623,6 +749,294 @@ outbox_stats(PG_FUNCTION_ARGS)
 
 	result = heap_form_tuple(tupdesc, values, nulls);
 	PG_RETURN_DATUM(HeapTupleGetDatum(result));
+}
+
+/*
+ * outbox_enqueue_batch
+ *
+ * Insert one pending row per array position and return the ids in input
+ * order.  The arrays must have equal lengths (tenant_ids may be NULL: no
+ * tenant for any row); every element is validated as outbox_enqueue()
+ * validates its arguments, and the trigger checks and wakes each row.
+ */
+Datum
+outbox_enqueue_batch(PG_FUNCTION_ARGS)
+{
+	Datum		values[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
+	int			n[4] = {0, 0, 0, 0};
+	Tuplestorestate *tupstore;
+	TupleDesc	tupdesc;
+	int64	   *ids;
+	uint64		i;
+	int			a;
+
+	values[0] = outbox_text_array(fcinfo, 0, "recipients", true, true, &n[0]);
+	values[1] = outbox_text_array(fcinfo, 1, "kinds", true, true, &n[1]);
+	values[2] = outbox_text_array(fcinfo, 2, "payloads", true, true, &n[2]);
+	values[3] = outbox_text_array(fcinfo, 3, "tenant_ids", false, false, &n[3]);
+	if (PG_ARGISNULL(3))
+		nulls[3] = 'n';
+	for (a = 1; a < 4; a++)
+	{
+		if (a == 3 && PG_ARGISNULL(3))
+			continue;
+		if (n[a] != n[0])
+			ereport(ERROR,
+					(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+					 errmsg("outbox batch arrays must have equal lengths"),
+					 errdetail("recipients has %d elements, %s has %d.",
+							   n[0], a == 1 ? "kinds" : a == 2 ? "payloads" : "tenant_ids",
+							   n[a])));
+	}
+
+	tupstore = outbox_begin_srf(fcinfo);
+	if (n[0] == 0)
+		return (Datum) 0;
+
+	SPI_connect();
+	outbox_execute(OUTBOX_PLAN_ENQUEUE_BATCH, values, nulls,
+				   SPI_OK_INSERT_RETURNING);
+	if (SPI_processed != (uint64) n[0])
+		elog(ERROR, "outbox batch insert returned " UINT64_FORMAT " rows, expected %d",
+			 SPI_processed, n[0]);
+	ids = palloc(sizeof(int64) * n[0]);
+	for (i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+
+		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i],
+											 SPI_tuptable->tupdesc, 1, &isnull));
+	}
+
+	/*
+	 * The rows were inserted in input order and each took the next value of
+	 * the sequence, so ascending ids are input order, whatever order
+	 * RETURNING used.
+	 */
+	qsort(ids, n[0], sizeof(int64), outbox_int64_cmp);
+	tupdesc = ((ReturnSetInfo *) fcinfo->resultinfo)->setDesc;
+	for (a = 0; a < n[0]; a++)
+	{
+		Datum		v = Int64GetDatum(ids[a]);
+		bool		isnull = false;
+
+		tuplestore_putvalues(tupstore, tupdesc, &v, &isnull);
+	}
+	SPI_finish();
+
+	return (Datum) 0;
+}
+
+/*
+ * outbox_wait
+ *
+ * Block until there is a pending row (for recipient, if given) or timeout
+ * has passed; true if there is one.  With the library preloaded the wait
+ * sleeps on the database's condition variable, which every transaction that
+ * made rows pending broadcasts at commit; without it, it polls every
+ * OUTBOX_WAIT_POLL_MS.  Interruptible (statement_timeout, cancel).  Each
+ * check takes a new snapshot, so call it in READ COMMITTED (autocommit).
+ */
+#define OUTBOX_WAIT_POLL_MS		100
+#define OUTBOX_WAIT_RECHECK_MS	1000
+
+Datum
+outbox_wait(PG_FUNCTION_ARGS)
+{
+	Datum		values[1];
+	char		nulls[1] = {' '};
+	OutboxPlanId plan;
+	TimestampTz deadline;
+	OutboxDatabase *db = outbox_my_database(true);
+	bool		found = false;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("timeout must not be null")));
+	outbox_check_text(fcinfo, 1, "recipient", false);
+	values[0] = outbox_null_text(fcinfo, 1, &nulls[0]);
+	plan = nulls[0] == 'n' ? OUTBOX_PLAN_EXISTS : OUTBOX_PLAN_EXISTS_R;
+
+	/* the deadline is "now + timeout"; a huge timeout is capped at a day */
+	{
+		Interval   *timeout = PG_GETARG_INTERVAL_P(0);
+		Interval	zero;
+		Interval	day;
+
+		memset(&zero, 0, sizeof(zero));
+		memset(&day, 0, sizeof(day));
+		day.day = 1;
+		if (DatumGetBool(DirectFunctionCall2(interval_lt,
+											 IntervalPGetDatum(timeout),
+											 IntervalPGetDatum(&zero))))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("timeout must not be negative")));
+		if (DatumGetBool(DirectFunctionCall2(interval_gt,
+											 IntervalPGetDatum(timeout),
+											 IntervalPGetDatum(&day))))
+			timeout = &day;
+		deadline = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+														   TimestampTzGetDatum(GetCurrentTimestamp()),
+														   IntervalPGetDatum(timeout)));
+	}
+
+	for (;;)
+	{
+		long		remaining;
+
+		/* get on the wait list before looking, so no commit is missed */
+		if (db != NULL)
+			ConditionVariablePrepareToSleep(&db->pending_cv);
+
+		SPI_connect();
+		found = outbox_execute(plan, values, nulls, SPI_OK_SELECT) > 0;
+		SPI_finish();
+
+		remaining = TimestampDifferenceMilliseconds(GetCurrentTimestamp(),
+													deadline);
+		if (found || remaining <= 0)
+			break;
+
+		if (db != NULL)
+			(void) ConditionVariableTimedSleep(&db->pending_cv,
+											   Min(remaining, OUTBOX_WAIT_RECHECK_MS),
+											   PG_WAIT_EXTENSION);
+		else
+		{
+			(void) WaitLatch(MyLatch,
+							 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 Min(remaining, OUTBOX_WAIT_POLL_MS),
+							 PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+		}
+		CHECK_FOR_INTERRUPTS();
+	}
+	if (db != NULL)
+		ConditionVariableCancelSleep();
+
+	PG_RETURN_BOOL(found);
+}
+
+/*
+ * outbox_activity
+ *
+ * One row per database that shared memory tracks: the counters since server
+ * start and the open backlog.  Reading them is O(1); only when this
+ * database's backlog has not been counted yet since the server started is it
+ * counted here, from the open-row indexes.  Needs shared_preload_libraries
+ * (55000 otherwise).
+ */
+Datum
+outbox_activity(PG_FUNCTION_ARGS)
+{
+	Tuplestorestate *tupstore;
+	TupleDesc	tupdesc;
+	int			i;
+
+	if (outbox_shared == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("delivery_outbox activity counters are not available"),
+				 errdetail("The counters live in shared memory, which needs the library preloaded."),
+				 errhint("Add delivery_outbox to shared_preload_libraries and restart the server.")));
+
+	tupstore = outbox_begin_srf(fcinfo);
+	tupdesc = ((ReturnSetInfo *) fcinfo->resultinfo)->setDesc;
+	if (tupdesc->natts != OUTBOX_NUM_COUNTERS + 2)
+		elog(ERROR, "outbox_activity() is declared with %d columns, expected %d",
+			 tupdesc->natts, OUTBOX_NUM_COUNTERS + 2);
+
+	{
+		OutboxDatabase *mine = outbox_my_database(true);
+
+		if (mine != NULL && pg_atomic_read_u32(&mine->backlog_valid) == 0 &&
+			outbox_installed())
+			outbox_sync_backlog(mine);
+	}
+
+	for (i = 0; i < OUTBOX_MAX_DATABASES; i++)
+	{
+		OutboxDatabase *db = &outbox_shared->databases[i];
+		Datum		values[OUTBOX_NUM_COUNTERS + 2];
+		bool		nulls[OUTBOX_NUM_COUNTERS + 2];
+		char	   *datname;
+		int			c;
+
+		if (!OidIsValid(db->dboid))
+			continue;
+		datname = get_database_name(db->dboid);
+		if (datname == NULL)
+			continue;			/* dropped */
+
+		memset(nulls, 0, sizeof(nulls));
+		values[0] = CStringGetTextDatum(datname);
+		for (c = 0; c < OUTBOX_NUM_COUNTERS; c++)
+			values[c + 1] = Int64GetDatum((int64) pg_atomic_read_u64(&db->counters[c]));
+		if (pg_atomic_read_u32(&db->backlog_valid) == 0)
+		{
+			for (c = OUTBOX_FIRST_GAUGE; c < OUTBOX_NUM_COUNTERS; c++)
+				nulls[c + 1] = true;
+		}
+		values[OUTBOX_NUM_COUNTERS + 1] = TimestampTzGetDatum(outbox_shared->started);
+		tuplestore_putvalues(tupstore, tupdesc, values, nulls);
+	}
+
+	return (Datum) 0;
+}
+
+/*
+ * outbox_sync_backlog
+ *
+ * Count the open rows per state (from the open-row index, O(open rows)) and
+ * make the counts the backlog gauges.  Transactions committing meanwhile may
+ * leave the gauges off by their own rows until the next count; the sweeper
+ * re-counts at every pass.
+ */
+void
+outbox_sync_backlog(OutboxDatabase *db)
+{
+	bool		isnull;
+
+	if (db == NULL)
+		return;
+	SPI_connect();
+	outbox_execute(OUTBOX_PLAN_BACKLOG, NULL, NULL, SPI_OK_SELECT);
+	pg_atomic_write_u64(&db->counters[OUTBOX_COUNT_BACKLOG_PENDING],
+						(uint64) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+															 SPI_tuptable->tupdesc,
+															 1, &isnull)));
+	pg_atomic_write_u64(&db->counters[OUTBOX_COUNT_BACKLOG_DELIVERED],
+						(uint64) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+															 SPI_tuptable->tupdesc,
+															 2, &isnull)));
+	pg_atomic_write_u32(&db->backlog_valid, 1);
+	SPI_finish();
+}
+
+/*
+ * outbox_installed
+ *
+ * Whether the extension exists in the current database (and its table can
+ * be found).  Needs a transaction.
+ */
+bool
+outbox_installed(void)
+{
+	Oid			ext_oid = get_extension_oid(OUTBOX_EXTENSION_NAME, true);
+
+	return OidIsValid(ext_oid) && OidIsValid(outbox_member_table(ext_oid));
+}
+
+static int
+outbox_int64_cmp(const void *a, const void *b)
+{
+	int64		x = *(const int64 *) a;
+	int64		y = *(const int64 *) b;
+
+	return (x > y) - (x < y);
 }
 
 /* ---------------------------------------------------------------------
@@ -702,8 +1116,12 @@ outbox_guard_insert(Relation rel, HeapTuple tuple, const OutboxColumns *cols)
 				 errdetail_internal("%s", problem),
 				 errtablecol(rel, cols->state)));
 
+	outbox_count_state(state, 1);
 	if (state == OUTBOX_PENDING)
-		outbox_notify(id);
+	{
+		outbox_count(OUTBOX_COUNT_ENQUEUED, 1);
+		outbox_wake(id);
+	}
 
 	return tuple;
 }
@@ -839,6 +1257,18 @@ outbox_guard_update(Relation rel, HeapTuple oldtuple, HeapTuple newtuple,
 	newtuple = heap_modify_tuple_by_cols(newtuple, tupdesc, 3, replace_cols,
 										 replace_values, replace_nulls);
 
+	if (from != to)
+	{
+		outbox_count_state(from, -1);
+		outbox_count_state(to, 1);
+		if (to == OUTBOX_DELIVERED)
+			outbox_count(OUTBOX_COUNT_CLAIMED, 1);
+		else if (to == OUTBOX_ACKED)
+			outbox_count(OUTBOX_COUNT_ACKED, 1);
+		else
+			outbox_count(outbox_requeue_counter, 1);
+	}
+
 	/*
 	 * Wake relays when the row becomes pending for its recipient: back from
 	 * delivered, or re-addressed while pending.
@@ -853,7 +1283,7 @@ outbox_guard_update(Relation rel, HeapTuple oldtuple, HeapTuple newtuple,
 			!outbox_datum_equal(old_recipient, old_recipient_null,
 								new_recipient, new_recipient_null,
 								TupleDescAttr(tupdesc, cols->recipient - 1)))
-			outbox_notify(id);
+			outbox_wake(id);
 	}
 
 	return newtuple;
@@ -914,15 +1344,58 @@ outbox_datum_equal(Datum a, bool a_null, Datum b, bool b_null,
 }
 
 /*
+ * outbox_wake
+ *
+ * A row became pending: wake relays as delivery_outbox.notify says.  In
+ * deferred mode the id waits in this transaction's list and is handed to
+ * the database's worker at commit; where no worker serves the database, it
+ * falls back to commit mode.
+ */
+static void
+outbox_wake(int64 id)
+{
+	OutboxDatabase *db;
+
+	if (outbox_shared != NULL)
+		outbox_level()->made_pending = true;
+
+	if (outbox_notify_mode == OUTBOX_NOTIFY_OFF)
+		return;
+
+	if (outbox_notify_mode == OUTBOX_NOTIFY_DEFERRED &&
+		(db = outbox_my_database(false)) != NULL && db->ring >= 0)
+	{
+		if (outbox_deferred_count == outbox_deferred_space)
+		{
+			int			space = Max(64, outbox_deferred_space * 2);
+
+			if (outbox_deferred_ids == NULL)
+				outbox_deferred_ids =
+					MemoryContextAlloc(TopTransactionContext,
+									   sizeof(int64) * space);
+			else
+				outbox_deferred_ids = repalloc(outbox_deferred_ids,
+											   sizeof(int64) * space);
+			outbox_deferred_space = space;
+		}
+		outbox_deferred_ids[outbox_deferred_count++] = id;
+		return;
+	}
+
+	outbox_notify(id);
+}
+
+/*
  * outbox_notify
  *
  * Queue the wake-up for a row that became pending: the id, nothing else.
  * async.c sends it when the transaction commits and drops it on rollback.
  * When the notification queue is fuller than notify_queue_limit the NOTIFY
  * is skipped, since a full queue makes a notifying COMMIT fail; the row is
- * kept, and the skip is logged once until the queue drains again.
+ * kept, and the skip is logged once until the queue drains again.  Also used
+ * by the worker for deferred wake-ups.
  */
-static void
+void
 outbox_notify(int64 id)
 {
 	char		payload[32];
@@ -947,12 +1420,178 @@ outbox_notify(int64 id)
 							 OUTBOX_GUC_PREFIX, outbox_notify_queue_limit)));
 			outbox_skip_logged = true;
 		}
+		outbox_count(OUTBOX_COUNT_NOTIFY_SKIPPED, 1);
 		return;
 	}
 	outbox_skip_logged = false;
 
 	snprintf(payload, sizeof(payload), INT64_FORMAT, id);
 	Async_Notify(outbox_channel, payload);
+	outbox_count(OUTBOX_COUNT_NOTIFIED, 1);
+}
+
+/* ---------------------------------------------------------------------
+ * Per-transaction bookkeeping, published at commit
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * outbox_count
+ *
+ * Add delta to one of this database's counters when (and if) the current
+ * transaction commits.  A no-op without shared memory.
+ */
+void
+outbox_count(OutboxCounter counter, int64 delta)
+{
+	if (outbox_shared == NULL)
+		return;
+	outbox_level()->deltas[counter] += delta;
+}
+
+/*
+ * outbox_count_state
+ *
+ * A row entered (delta 1) or left (-1) a state: the open backlog gauges.
+ */
+static void
+outbox_count_state(OutboxState state, int64 delta)
+{
+	if (state == OUTBOX_PENDING)
+		outbox_count(OUTBOX_COUNT_BACKLOG_PENDING, delta);
+	else if (state == OUTBOX_DELIVERED)
+		outbox_count(OUTBOX_COUNT_BACKLOG_DELIVERED, delta);
+}
+
+/*
+ * outbox_my_database
+ *
+ * This database's shared slot (allocated when create is true), or NULL.
+ * Slots never move, so the pointer is kept for the life of the backend.
+ */
+static OutboxDatabase *
+outbox_my_database(bool create)
+{
+	static OutboxDatabase *mine = NULL;
+
+	if (mine == NULL && outbox_shared != NULL)
+		mine = outbox_database(MyDatabaseId, create);
+	return mine;
+}
+
+/*
+ * outbox_level
+ *
+ * The bookkeeping of the current (sub)transaction level, created on first
+ * use.
+ */
+static OutboxXactLevel *
+outbox_level(void)
+{
+	int			nest_level = GetCurrentTransactionNestLevel();
+
+	if (outbox_xact == NULL || outbox_xact->nest_level < nest_level)
+	{
+		OutboxXactLevel *level;
+
+		level = MemoryContextAllocZero(TopTransactionContext,
+									   sizeof(OutboxXactLevel));
+		level->nest_level = nest_level;
+		level->nids_at_start = outbox_deferred_count;
+		level->parent = outbox_xact;
+		outbox_xact = level;
+	}
+	return outbox_xact;
+}
+
+/*
+ * outbox_subxact_callback
+ *
+ * A committed subtransaction's bookkeeping joins its parent's; an aborted
+ * one's is forgotten, deferred ids included.
+ */
+static void
+outbox_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+						SubTransactionId parentSubid, void *arg)
+{
+	OutboxXactLevel *level = outbox_xact;
+	int			nest_level = GetCurrentTransactionNestLevel();
+
+	if (level == NULL || level->nest_level != nest_level)
+		return;
+
+	if (event == SUBXACT_EVENT_COMMIT_SUB)
+	{
+		OutboxXactLevel *parent = level->parent;
+		int			c;
+
+		if (parent != NULL && parent->nest_level == nest_level - 1)
+		{
+			for (c = 0; c < OUTBOX_NUM_COUNTERS; c++)
+				parent->deltas[c] += level->deltas[c];
+			parent->made_pending |= level->made_pending;
+			outbox_xact = parent;
+		}
+		else
+			level->nest_level = nest_level - 1;
+	}
+	else if (event == SUBXACT_EVENT_ABORT_SUB)
+	{
+		outbox_deferred_count = level->nids_at_start;
+		outbox_xact = level->parent;
+	}
+}
+
+/*
+ * outbox_xact_callback
+ *
+ * At commit, publish: add the counter deltas to shared memory, hand the
+ * deferred wake-ups to the worker, and wake outbox_wait() sleepers.  The
+ * transaction is already committed here, so nothing may fail or wait.  On
+ * abort (and on PREPARE, whose wake-ups are dropped: relays drain), forget.
+ */
+static void
+outbox_xact_callback(XactEvent event, void *arg)
+{
+	OutboxXactLevel *level = outbox_xact;
+
+	if (level != NULL &&
+		(event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT))
+	{
+		OutboxDatabase *db = outbox_my_database(true);
+
+		if (db != NULL)
+		{
+			int			c;
+
+			for (c = 0; c < OUTBOX_NUM_COUNTERS; c++)
+			{
+				if (level->deltas[c] != 0)
+					pg_atomic_fetch_add_u64(&db->counters[c], level->deltas[c]);
+			}
+			if (outbox_deferred_count > 0)
+				outbox_handover(db, outbox_deferred_ids, outbox_deferred_count);
+			if (level->made_pending)
+				ConditionVariableBroadcast(&db->pending_cv);
+		}
+	}
+
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+		case XACT_EVENT_PREPARE:
+			/* the memory goes with TopTransactionContext */
+			outbox_xact = NULL;
+			outbox_deferred_ids = NULL;
+			outbox_deferred_count = 0;
+			outbox_deferred_space = 0;
+			break;
+		default:
+			break;
+	}
 }
 
 /*
@@ -1307,7 +1946,7 @@ outbox_plan_sql(OutboxPlanId id, const char *t)
 							"SELECT id FROM %1$s"
 							" WHERE delivery_state OPERATOR(pg_catalog.=) 'acked'"
 							" AND acked_at OPERATOR(pg_catalog.<) $1"
-							" ORDER BY id FOR UPDATE SKIP LOCKED)"
+							" ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)"
 							" DELETE FROM %1$s o USING d"
 							" WHERE o.id OPERATOR(pg_catalog.=) d.id", t);
 
@@ -1323,6 +1962,31 @@ outbox_plan_sql(OutboxPlanId id, const char *t)
 							" pg_catalog.count(DISTINCT recipient)"
 							" FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) ANY ('{pending,delivered}'::pg_catalog.text[]))"
 							" FROM %s", t);
+
+		case OUTBOX_PLAN_ENQUEUE_BATCH:
+			return psprintf("INSERT INTO %s (recipient, kind, payload, tenant_id)"
+							" SELECT r, k, p, t"
+							" FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2),"
+							" pg_catalog.unnest($3), pg_catalog.unnest($4))"
+							" WITH ORDINALITY AS u(r, k, p, t, n)"
+							" ORDER BY n RETURNING id", t);
+
+		case OUTBOX_PLAN_EXISTS:
+		case OUTBOX_PLAN_EXISTS_R:
+			return psprintf("SELECT 1 FROM %s"
+							" WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'%s"
+							" LIMIT 1",
+							t,
+							id == OUTBOX_PLAN_EXISTS_R ?
+							" AND recipient OPERATOR(pg_catalog.=) $1" : "");
+
+		case OUTBOX_PLAN_BACKLOG:
+			return psprintf("SELECT"
+							" pg_catalog.count(*) FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'),"
+							" pg_catalog.count(*) FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'delivered')"
+							" FROM %s"
+							" WHERE delivery_state OPERATOR(pg_catalog.=) ANY ('{pending,delivered}'::pg_catalog.text[])",
+							t);
 
 		case OUTBOX_NUM_PLANS:
 			break;
@@ -1359,8 +2023,12 @@ outbox_plan(OutboxPlanId id)
 		[OUTBOX_PLAN_REASSIGN] = {TEXTOID, TEXTOID},
 		[OUTBOX_PLAN_REPLAY] = {TEXTOID, INT8OID, INT8OID, TEXTOID},
 		[OUTBOX_PLAN_REPLAY_T] = {TEXTOID, INT8OID, INT8OID, TEXTOID},
-		[OUTBOX_PLAN_PURGE] = {TIMESTAMPTZOID},
+		[OUTBOX_PLAN_PURGE] = {TIMESTAMPTZOID, INT8OID},
 		[OUTBOX_PLAN_STATS] = {TIMESTAMPTZOID},
+		[OUTBOX_PLAN_ENQUEUE_BATCH] = {TEXTARRAYOID, TEXTARRAYOID, BYTEAARRAYOID, TEXTARRAYOID},
+		[OUTBOX_PLAN_EXISTS] = {TEXTOID},
+		[OUTBOX_PLAN_EXISTS_R] = {TEXTOID},
+		[OUTBOX_PLAN_BACKLOG] = {InvalidOid},
 	};
 	const char *table = outbox_table();
 	int			nargs;
@@ -1538,6 +2206,62 @@ outbox_null_text(FunctionCallInfo fcinfo, int argno, char *null)
 }
 
 /*
+ * outbox_text_array
+ *
+ * A one-dimensional array argument of the batch enqueue: NULL is an error
+ * when required; with elements_required, so is a NULL element (22004) and an
+ * empty text element (22023).  Sets *nitems.
+ */
+static Datum
+outbox_text_array(FunctionCallInfo fcinfo, int argno, const char *name,
+				  bool required, bool elements_required, int *nitems)
+{
+	ArrayType  *array;
+	Datum	   *elems;
+	bool	   *elem_nulls;
+	int			n;
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+	int			i;
+
+	*nitems = 0;
+	if (PG_ARGISNULL(argno))
+	{
+		if (required)
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("%s must not be null", name)));
+		return (Datum) 0;
+	}
+	array = PG_GETARG_ARRAYTYPE_P(argno);
+	if (ARR_NDIM(array) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("%s must be a one-dimensional array", name)));
+
+	get_typlenbyvalalign(ARR_ELEMTYPE(array), &typlen, &typbyval, &typalign);
+	deconstruct_array(array, ARR_ELEMTYPE(array), typlen, typbyval, typalign,
+					  &elems, &elem_nulls, &n);
+	for (i = 0; i < n && elements_required; i++)
+	{
+		if (elem_nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("%s must not contain null elements", name),
+					 errdetail("Element %d is null.", i + 1)));
+		if (ARR_ELEMTYPE(array) == TEXTOID &&
+			VARSIZE_ANY_EXHDR(DatumGetPointer(elems[i])) == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("%s must not contain empty elements", name),
+					 errdetail("Element %d is empty.", i + 1)));
+	}
+	*nitems = n;
+	return PointerGetDatum(array);
+}
+
+/*
  * outbox_check_max_rows
  *
  * max_rows must be given and at least 1.
@@ -1649,7 +2373,8 @@ outbox_count_result(uint64 count)
 /*
  * outbox_begin_srf
  *
- * Set up materialize mode for a SETOF delivery_outbox function.
+ * Set up materialize mode for a set-returning function: SETOF
+ * delivery_outbox, SETOF record, or SETOF a scalar.
  */
 static Tuplestorestate *
 outbox_begin_srf(FunctionCallInfo fcinfo)
@@ -1657,6 +2382,7 @@ outbox_begin_srf(FunctionCallInfo fcinfo)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	MemoryContext oldcontext;
 	TupleDesc	tupdesc;
+	Oid			result_type;
 	Tuplestorestate *tupstore;
 
 	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo))
@@ -1669,8 +2395,17 @@ outbox_begin_srf(FunctionCallInfo fcinfo)
 				 errmsg("materialize mode required, but it is not allowed in this context")));
 
 	oldcontext = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "return type must be a row type");
+	switch (get_call_result_type(fcinfo, &result_type, &tupdesc))
+	{
+		case TYPEFUNC_COMPOSITE:
+			break;
+		case TYPEFUNC_SCALAR:
+			tupdesc = CreateTemplateTupleDesc(1);
+			TupleDescInitEntry(tupdesc, (AttrNumber) 1, "id", result_type, -1, 0);
+			break;
+		default:
+			elog(ERROR, "return type must be a row type or a scalar");
+	}
 	tupstore = tuplestore_begin_heap((rsinfo->allowedModes & SFRM_Materialize_Random) != 0,
 									 false, work_mem);
 	rsinfo->returnMode = SFRM_Materialize;

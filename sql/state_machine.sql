@@ -372,12 +372,15 @@ CREATE TRIGGER guard BEFORE INSERT OR UPDATE ON scratch
 INSERT INTO scratch (id, recipient, kind, payload) VALUES (1, 'x', 'k', '\x00');
 \echo :SQLSTATE
 DROP TRIGGER guard ON scratch;
--- BEFORE DELETE
+-- BEFORE DELETE is accepted (deletes are counted, never refused): the row
+-- goes, and nothing else changes
 CREATE TRIGGER guard BEFORE DELETE ON scratch
     FOR EACH ROW EXECUTE FUNCTION outbox_state_guard();
 INSERT INTO scratch (id, recipient, kind, payload) VALUES (1, 'x', 'k', '\x00');
 DELETE FROM scratch;
 \echo :SQLSTATE
+SELECT count(*) AS scratch_rows FROM scratch;
+INSERT INTO scratch (id, recipient, kind, payload) VALUES (1, 'x', 'k', '\x00');
 DROP TRIGGER guard ON scratch;
 -- used as intended, on a table laid out differently, it guards that table
 CREATE TRIGGER guard BEFORE INSERT OR UPDATE ON scratch
