@@ -1,0 +1,276 @@
+--
+-- upgrade.sql: installing an old version and updating it gives exactly what a
+-- fresh install of the default version gives, and keeps the rows
+--
+-- Written so that it stays meaningful, and its expected output stays the
+-- same, as versions are added: it names no version but 1.0 (the first), and
+-- prints the differences (none), never the objects or version names.
+--
+\set VERBOSITY default
+\set SHOW_CONTEXT never
+
+-- Everything that makes up the installed extension, as text, under a label:
+-- its member objects; each member function's signature, result, language,
+-- volatility, strictness, parallel safety, SECURITY DEFINER, proconfig,
+-- ACL, C symbol and comment; each member relation's kind, options, ACL,
+-- row security, comment, columns (in order), constraints, indexes,
+-- triggers (and whether they fire ALWAYS), rules, policies and view
+-- definition; each member sequence's parameters; the tables registered with
+-- pg_extension_config_dump; the extension's own flags.
+CREATE TEMP TABLE outbox_snap (label text, kind text, item text);
+CREATE FUNCTION pg_temp.outbox_snapshot(label text) RETURNS bigint
+LANGUAGE plpgsql AS $f$
+DECLARE
+    ext oid := (SELECT oid FROM pg_extension WHERE extname = 'delivery_outbox');
+    n bigint;
+BEGIN
+    CREATE TEMP TABLE outbox_members AS
+        SELECT classid, objid, objsubid FROM pg_depend
+         WHERE refclassid = 'pg_extension'::regclass AND refobjid = ext
+           AND deptype = 'e';
+
+    INSERT INTO outbox_snap
+    SELECT label, 'member', pg_describe_object(classid, objid, objsubid)
+      FROM outbox_members;
+
+    INSERT INTO outbox_snap
+    SELECT label, 'extension',
+           format('relocatable=%s schema=%s', e.extrelocatable,
+                  e.extnamespace::regnamespace)
+      FROM pg_extension e WHERE e.oid = ext;
+
+    INSERT INTO outbox_snap
+    SELECT label, 'config_dump', format('%s where=%L', c.tab::regclass, c.cond)
+      FROM pg_extension e,
+           unnest(e.extconfig, e.extcondition) AS c(tab, cond)
+     WHERE e.oid = ext;
+
+    INSERT INTO outbox_snap
+    SELECT label, 'function',
+           format('%s(%s) returns %s | lang=%s volatility=%s strict=%s '
+                  'security_definer=%s leakproof=%s parallel=%s cost=%s '
+                  'rows=%s kind=%s config=%s acl=%s symbol=%s library=%s '
+                  'comment=%L',
+                  p.proname, pg_get_function_arguments(p.oid),
+                  pg_get_function_result(p.oid), l.lanname, p.provolatile,
+                  p.proisstrict, p.prosecdef, p.proleakproof, p.proparallel,
+                  p.procost, p.prorows, p.prokind, p.proconfig, p.proacl,
+                  p.prosrc, p.probin, obj_description(p.oid, 'pg_proc'))
+      FROM outbox_members m
+      JOIN pg_proc p ON m.classid = 'pg_proc'::regclass AND p.oid = m.objid
+      JOIN pg_language l ON l.oid = p.prolang;
+
+    CREATE TEMP TABLE outbox_rels AS
+        SELECT c.* FROM outbox_members m
+          JOIN pg_class c ON m.classid = 'pg_class'::regclass
+                         AND c.oid = m.objid;
+
+    INSERT INTO outbox_snap
+    SELECT label, 'relation',
+           format('%s kind=%s persistence=%s options=%s acl=%s '
+                  'row_security=%s/%s replica_identity=%s comment=%L',
+                  c.relname, c.relkind, c.relpersistence, c.reloptions,
+                  c.relacl, c.relrowsecurity, c.relforcerowsecurity,
+                  c.relreplident, obj_description(c.oid, 'pg_class'))
+      FROM outbox_rels c;
+
+    INSERT INTO outbox_snap
+    SELECT label, 'column',
+           format('%s #%s %s %s notnull=%s default=%s identity=%s '
+                  'generated=%s collation=%s acl=%s comment=%L',
+                  c.relname,
+                  row_number() OVER (PARTITION BY c.oid ORDER BY a.attnum),
+                  a.attname, format_type(a.atttypid, a.atttypmod),
+                  a.attnotnull, pg_get_expr(d.adbin, d.adrelid),
+                  a.attidentity, a.attgenerated, a.attcollation,
+                  a.attacl, col_description(c.oid, a.attnum))
+      FROM outbox_rels c
+      JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0
+                         AND NOT a.attisdropped
+      LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
+     WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f');
+
+    INSERT INTO outbox_snap
+    SELECT label, 'constraint',
+           format('%s %s %s deferrable=%s/%s', c.relname, k.conname,
+                  pg_get_constraintdef(k.oid), k.condeferrable,
+                  k.condeferred)
+      FROM outbox_rels c JOIN pg_constraint k ON k.conrelid = c.oid;
+
+    INSERT INTO outbox_snap
+    SELECT label, 'index', pg_get_indexdef(i.indexrelid)
+      FROM outbox_rels c JOIN pg_index i ON i.indrelid = c.oid;
+
+    INSERT INTO outbox_snap
+    SELECT label, 'trigger',
+           format('%s enabled=%s', pg_get_triggerdef(t.oid), t.tgenabled)
+      FROM outbox_rels c JOIN pg_trigger t ON t.tgrelid = c.oid
+     WHERE NOT t.tgisinternal;
+
+    INSERT INTO outbox_snap
+    SELECT label, 'rule', pg_get_ruledef(r.oid)
+      FROM outbox_rels c JOIN pg_rewrite r ON r.ev_class = c.oid;
+
+    INSERT INTO outbox_snap
+    SELECT label, 'policy',
+           format('%s %s cmd=%s permissive=%s roles=%s using=%s check=%s',
+                  c.relname, p.polname, p.polcmd, p.polpermissive,
+                  p.polroles::regrole[], pg_get_expr(p.polqual, p.polrelid),
+                  pg_get_expr(p.polwithcheck, p.polrelid))
+      FROM outbox_rels c JOIN pg_policy p ON p.polrelid = c.oid;
+
+    INSERT INTO outbox_snap
+    SELECT label, 'sequence',
+           format('%s type=%s start=%s increment=%s min=%s max=%s cache=%s '
+                  'cycle=%s owned_by=%s',
+                  c.relname, s.seqtypid::regtype, s.seqstart,
+                  s.seqincrement, s.seqmin, s.seqmax, s.seqcache,
+                  s.seqcycle, pg_get_serial_sequence_owner.owner)
+      FROM outbox_rels c
+      JOIN pg_sequence s ON s.seqrelid = c.oid
+      LEFT JOIN LATERAL (
+          SELECT format('%s.%s', d.refobjid::regclass, a.attname) AS owner
+            FROM pg_depend d
+            JOIN pg_attribute a ON a.attrelid = d.refobjid
+                               AND a.attnum = d.refobjsubid
+           WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid
+             AND d.refclassid = 'pg_class'::regclass AND d.deptype = 'a'
+      ) pg_get_serial_sequence_owner ON true;
+
+    INSERT INTO outbox_snap
+    SELECT label, 'type',
+           format('%s type=%s category=%s acl=%s', t.oid::regtype,
+                  t.typtype, t.typcategory, t.typacl)
+      FROM outbox_members m
+      JOIN pg_type t ON m.classid = 'pg_type'::regclass AND t.oid = m.objid;
+
+    DROP TABLE outbox_members, outbox_rels;
+    SELECT count(*) INTO n FROM outbox_snap s WHERE s.label = outbox_snapshot.label;
+    RETURN n;
+END
+$f$;
+
+-- The differences between two labels, both ways.
+CREATE FUNCTION pg_temp.outbox_diff(a text, b text)
+RETURNS TABLE (side text, kind text, item text) LANGUAGE sql AS $f$
+    (SELECT 'only ' || a, kind, item FROM outbox_snap WHERE label = a
+     EXCEPT ALL
+     SELECT 'only ' || a, kind, item FROM outbox_snap WHERE label = b)
+    UNION ALL
+    (SELECT 'only ' || b, kind, item FROM outbox_snap WHERE label = b
+     EXCEPT ALL
+     SELECT 'only ' || b, kind, item FROM outbox_snap WHERE label = a)
+    ORDER BY 1, 2, 3
+$f$;
+
+-- The rows as text, and whether the extension is at the default version.
+CREATE TEMP TABLE outbox_rows (label text, id bigint, row text);
+CREATE FUNCTION pg_temp.outbox_at_default() RETURNS boolean
+LANGUAGE sql AS $f$
+    SELECT e.extversion = a.default_version
+      FROM pg_extension e JOIN pg_available_extensions a ON a.name = e.extname
+     WHERE e.extname = 'delivery_outbox'
+$f$;
+
+--
+-- Every version shipped can be updated to the default one.
+--
+SELECT coalesce(bool_and(p.path IS NOT NULL), true)
+         AS every_version_reaches_default,
+       count(*) FILTER (WHERE p.source = '1.0' AND p.path IS NOT NULL)
+         = count(*) FILTER (WHERE p.source = '1.0') AS from_1_0
+  FROM pg_available_extensions a
+  JOIN pg_extension_update_paths('delivery_outbox') p
+    ON p.target = a.default_version AND p.source <> p.target
+ WHERE a.name = 'delivery_outbox';
+SELECT count(*) >= 1 AS ships_1_0 FROM pg_available_extension_versions
+ WHERE name = 'delivery_outbox' AND version = '1.0';
+
+--
+-- A fresh install of the default version: the reference
+--
+CREATE EXTENSION delivery_outbox;
+SELECT pg_temp.outbox_at_default() AS fresh_at_default;
+SELECT pg_temp.outbox_snapshot('fresh') > 20 AS fresh_captured;
+SELECT count(DISTINCT kind) >= 8 AS fresh_kinds_captured
+  FROM outbox_snap WHERE label = 'fresh';
+DROP EXTENSION delivery_outbox;
+
+--
+-- 1.0, with rows in every state, then ALTER EXTENSION ... UPDATE
+--
+CREATE EXTENSION delivery_outbox VERSION '1.0';
+SELECT extversion AS installed FROM pg_extension
+ WHERE extname = 'delivery_outbox';
+SELECT outbox_enqueue('agent:a', 'work', '\x01');
+SELECT outbox_enqueue('agent:a', 'work', '\x02', 'tenant-1');
+SELECT outbox_enqueue('agent:b', 'work', '\x03');
+SELECT outbox_enqueue('agent:b', 'work', '\x04');
+SELECT id FROM outbox_claim(2, 'agent:b');
+SELECT outbox_ack(3);
+SELECT id FROM outbox_claim(1, 'agent:a');
+SELECT outbox_release(ARRAY[1]::bigint[]);
+INSERT INTO outbox_rows SELECT 'before', id, o::text FROM delivery_outbox o;
+
+-- (the NOTICE when 1.0 is already the default would differ between versions)
+SET client_min_messages = warning;
+ALTER EXTENSION delivery_outbox UPDATE;
+RESET client_min_messages;
+SELECT pg_temp.outbox_at_default() AS updated_at_default;
+SELECT pg_temp.outbox_snapshot('from 1.0') > 20 AS updated_captured;
+
+-- the same extension as a fresh install: no difference either way
+SELECT * FROM pg_temp.outbox_diff('fresh', 'from 1.0');
+
+-- the rows came through the update untouched
+INSERT INTO outbox_rows SELECT 'after', id, o::text FROM delivery_outbox o;
+SELECT count(*) AS rows_kept FROM outbox_rows WHERE label = 'before';
+SELECT b.id, b.row = a.row AS unchanged
+  FROM outbox_rows b FULL JOIN outbox_rows a
+    ON a.id = b.id AND a.label = 'after'
+ WHERE b.label = 'before'
+ ORDER BY b.id;
+SELECT id, recipient, tenant_id, delivery_state, delivery_attempts,
+       delivered_at IS NOT NULL AS has_delivered_at,
+       acked_at IS NOT NULL AS has_acked_at
+  FROM delivery_outbox ORDER BY id;
+
+-- and keep moving through the state machine, which is still enforced
+\set VERBOSITY sqlstate
+UPDATE delivery_outbox SET delivery_state = 'pending' WHERE id = 3;
+UPDATE delivery_outbox SET delivery_state = 'acked' WHERE id = 2;
+\set VERBOSITY default
+SELECT id, delivery_state, delivery_attempts FROM outbox_claim(10);
+SELECT outbox_ack(ARRAY[1, 2, 4]::bigint[]);
+SELECT outbox_enqueue('agent:c', 'work', '\x05');
+SELECT pending, delivered, acked FROM outbox_stats();
+DROP EXTENSION delivery_outbox;
+
+--
+-- Every version shipped, installed and updated to the default, is the same
+-- as the fresh install (for 1.0 alone this repeats the above without rows)
+--
+DO $$
+DECLARE
+    v text;
+BEGIN
+    FOR v IN SELECT version FROM pg_available_extension_versions
+              WHERE name = 'delivery_outbox' ORDER BY version
+    LOOP
+        EXECUTE format('CREATE EXTENSION delivery_outbox VERSION %L', v);
+        SET LOCAL client_min_messages = warning;
+        ALTER EXTENSION delivery_outbox UPDATE;
+        RESET client_min_messages;
+        IF NOT pg_temp.outbox_at_default() THEN
+            RAISE EXCEPTION 'version % did not update to the default', v;
+        END IF;
+        PERFORM pg_temp.outbox_snapshot('version ' || v);
+        DROP EXTENSION delivery_outbox;
+    END LOOP;
+END
+$$;
+SELECT count(DISTINCT label) >= 1 AS versions_checked
+  FROM outbox_snap WHERE label LIKE 'version %';
+SELECT d.*
+  FROM (SELECT DISTINCT label FROM outbox_snap WHERE label LIKE 'version %') v,
+       LATERAL pg_temp.outbox_diff('fresh', v.label) d;
