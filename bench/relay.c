@@ -1,0 +1,315 @@
+/*-------------------------------------------------------------------------
+ *
+ * relay.c
+ *		A small libpq client for bench/run.sh: a notification counter for
+ *		the enqueue workloads and a minimal relay for the latency run.
+ *
+ * Build (bench/run.sh does this):
+ *
+ *	cc -O2 -Wall -Wextra -o relay bench/relay.c \
+ *		-I"$(pg_config --includedir)" -L"$(pg_config --libdir)" -lpq
+ *
+ * Connection parameters come from the environment (PGHOST, PGPORT,
+ * PGDATABASE, PGUSER), as for psql.
+ *
+ * relay listen CHANNEL EXPECT_FILE
+ *		LISTENs on CHANNEL, prints "ready PID" on stdout, and counts the
+ *		notifications it receives, keeping their number, the sum and the XOR
+ *		of their payloads (row ids).  On SIGTERM or SIGUSR1 it reads the
+ *		number of notifications to expect from EXPECT_FILE (absent or empty:
+ *		0), keeps reading until it has that many or none has arrived for
+ *		IDLE_MS (at most FINISH_MS in all), then prints
+ *		"notifications=N sum=S xor=X senders=P" and exits 0, P being the
+ *		number of distinct backends that sent them (the producers in
+ *		notify = commit mode, the background worker in deferred mode).
+ *
+ * relay relay CHANNEL
+ *		The relay loop of README.md: LISTEN first, then drain
+ *		(outbox_claim(100) in one transaction, outbox_ack(ids) in the next,
+ *		repeated while a full batch comes back), then wait on the socket with
+ *		poll(); every wake-up drains again.  A 1 s poll timeout is the safety
+ *		net.  On SIGTERM it prints
+ *		"wakeups=W drains=D claimed=C acked=A" and exits 0.  The latency of
+ *		each row is read afterwards from the table (acked_at - created_at,
+ *		both written server-side with the wall clock).
+ *
+ * Exit status 1 on a connection or query error (message on stderr).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "libpq-fe.h"
+
+#define IDLE_MS		3000		/* listen: give up this long after the last one */
+#define FINISH_MS	60000		/* listen: never wait longer than this */
+#define CLAIM_BATCH	100
+#define MAX_SENDERS	64			/* listen: distinct sending backends counted */
+
+static volatile sig_atomic_t stop_requested = 0;
+
+static void
+on_stop(int signo)
+{
+	(void) signo;
+	stop_requested = 1;
+}
+
+static int64_t
+now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void
+die_conn(PGconn *conn, const char *what)
+{
+	fprintf(stderr, "relay: %s: %s", what, PQerrorMessage(conn));
+	PQfinish(conn);
+	exit(1);
+}
+
+static PGconn *
+connect_and_listen(const char *channel)
+{
+	PGconn	   *conn = PQconnectdb("");
+	PGresult   *res;
+	char	   *ident;
+	char		sql[512];
+
+	if (PQstatus(conn) != CONNECTION_OK)
+		die_conn(conn, "connection failed");
+	ident = PQescapeIdentifier(conn, channel, strlen(channel));
+	if (ident == NULL)
+		die_conn(conn, "bad channel name");
+	snprintf(sql, sizeof(sql), "LISTEN %s", ident);
+	PQfreemem(ident);
+	res = PQexec(conn, sql);
+	if (PQresultStatus(res) != PGRES_COMMAND_OK)
+		die_conn(conn, "LISTEN failed");
+	PQclear(res);
+	return conn;
+}
+
+/* Wait until the socket is readable, a signal arrives, or timeout_ms pass. */
+static void
+wait_socket(PGconn *conn, int timeout_ms)
+{
+	struct pollfd pfd;
+
+	pfd.fd = PQsocket(conn);
+	pfd.events = POLLIN;
+	pfd.revents = 0;
+	if (poll(&pfd, 1, timeout_ms) < 0 && errno != EINTR)
+	{
+		perror("relay: poll");
+		exit(1);
+	}
+}
+
+static long
+read_expected(const char *path)
+{
+	FILE	   *f = fopen(path, "r");
+	long		n = 0;
+
+	if (f == NULL)
+		return 0;
+	if (fscanf(f, "%ld", &n) != 1)
+		n = 0;
+	fclose(f);
+	return n;
+}
+
+static int
+run_listen(const char *channel, const char *expect_file)
+{
+	PGconn	   *conn = connect_and_listen(channel);
+	long		count = 0;
+	uint64_t	sum = 0;
+	uint64_t	xor = 0;
+	long		expected = -1;
+	int			pids[MAX_SENDERS];
+	int			npids = 0;
+	int64_t		last_ms = now_ms();
+	int64_t		stop_ms = 0;
+
+	printf("ready %d\n", (int) getpid());
+	fflush(stdout);
+
+	for (;;)
+	{
+		PGnotify   *n;
+		int64_t		t;
+
+		if (!PQconsumeInput(conn))
+			die_conn(conn, "reading notifications failed");
+		while ((n = PQnotifies(conn)) != NULL)
+		{
+			uint64_t	id = strtoull(n->extra, NULL, 10);
+
+			int			i;
+
+			count++;
+			sum += id;
+			xor ^= id;
+			for (i = 0; i < npids && pids[i] != n->be_pid; i++)
+				;
+			if (i == npids && npids < MAX_SENDERS)
+				pids[npids++] = n->be_pid;
+			PQfreemem(n);
+			last_ms = now_ms();
+		}
+
+		t = now_ms();
+		if (stop_requested && expected < 0)
+		{
+			expected = read_expected(expect_file);
+			stop_ms = t;
+			if (last_ms < stop_ms)
+				last_ms = stop_ms;
+		}
+		if (expected >= 0 &&
+			(count >= expected || t - last_ms >= IDLE_MS ||
+			 t - stop_ms >= FINISH_MS))
+			break;
+
+		wait_socket(conn, expected >= 0 ? 100 : 1000);
+	}
+
+	printf("notifications=%ld sum=%" PRIu64 " xor=%" PRIu64 " senders=%d\n",
+		   count, sum, xor, npids);
+	PQfinish(conn);
+	return 0;
+}
+
+/*
+ * One drain: claim up to CLAIM_BATCH rows (one transaction), ack them (the
+ * next).  Returns the number claimed.
+ */
+static int
+drain_once(PGconn *conn, long *claimed, long *acked)
+{
+	PGresult   *res;
+	int			nrows;
+	const char *param[1];
+
+	res = PQexec(conn,
+				 "SELECT coalesce(pg_catalog.array_agg(id ORDER BY id), '{}')::text,"
+				 " pg_catalog.count(*) FROM outbox_claim(100)");
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		die_conn(conn, "outbox_claim failed");
+	nrows = atoi(PQgetvalue(res, 0, 1));
+	if (nrows == 0)
+	{
+		PQclear(res);
+		return 0;
+	}
+	*claimed += nrows;
+
+	/* here a real relay pushes the rows to their recipients */
+	param[0] = PQgetvalue(res, 0, 0);
+	{
+		PGresult   *ack = PQexecParams(conn,
+									   "SELECT outbox_ack($1::bigint[])",
+									   1, NULL, param, NULL, NULL, 0);
+
+		if (PQresultStatus(ack) != PGRES_TUPLES_OK)
+			die_conn(conn, "outbox_ack failed");
+		*acked += atol(PQgetvalue(ack, 0, 0));
+		PQclear(ack);
+	}
+	PQclear(res);
+	return nrows;
+}
+
+static int
+run_relay(const char *channel)
+{
+	PGconn	   *conn = connect_and_listen(channel);
+	long		wakeups = 0;
+	long		drains = 0;
+	long		claimed = 0;
+	long		acked = 0;
+	int			need_drain = 1;	/* LISTEN first, then drain */
+
+	printf("ready %d\n", (int) getpid());
+	fflush(stdout);
+
+	while (!stop_requested)
+	{
+		PGnotify   *n;
+
+		if (need_drain)
+		{
+			drains++;
+			while (drain_once(conn, &claimed, &acked) == CLAIM_BATCH)
+				;
+			need_drain = 0;
+		}
+
+		/* wake-ups that arrived while we were draining are in libpq already */
+		if (!PQconsumeInput(conn))
+			die_conn(conn, "reading notifications failed");
+		while ((n = PQnotifies(conn)) != NULL)
+		{
+			wakeups++;
+			need_drain = 1;
+			PQfreemem(n);
+		}
+		if (need_drain)
+			continue;
+
+		wait_socket(conn, 1000);
+		if (!stop_requested)
+			need_drain = 1;		/* a wake-up, or the timeout safety net */
+		if (!PQconsumeInput(conn))
+			die_conn(conn, "reading notifications failed");
+		while ((n = PQnotifies(conn)) != NULL)
+		{
+			wakeups++;
+			PQfreemem(n);
+		}
+	}
+
+	printf("wakeups=%ld drains=%ld claimed=%ld acked=%ld\n",
+		   wakeups, drains, claimed, acked);
+	PQfinish(conn);
+	return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_stop;
+	sigemptyset(&sa.sa_mask);
+	sa.sa_flags = 0;			/* no SA_RESTART: poll() must return EINTR */
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGUSR1, &sa, NULL);
+
+	if (argc == 4 && strcmp(argv[1], "listen") == 0)
+		return run_listen(argv[2], argv[3]);
+	if (argc == 3 && strcmp(argv[1], "relay") == 0)
+		return run_relay(argv[2]);
+
+	fprintf(stderr,
+			"usage: %s listen CHANNEL EXPECT_FILE\n"
+			"       %s relay CHANNEL\n", argv[0], argv[0]);
+	return 2;
+}

@@ -1,0 +1,587 @@
+#!/usr/bin/env bash
+#
+# bench/run.sh -- throughput and latency benchmark for delivery_outbox
+#
+# Like scripts/test.sh it installs what is missing, builds and installs the
+# extension from this tree, and starts its own throwaway cluster as the
+# unprivileged `postgres` user (when run as root) on a unix socket only
+# (listen_addresses = ''), here with shared_preload_libraries =
+# 'delivery_outbox' and delivery_outbox.database = 'bench'.  It stops and
+# removes that cluster on exit and touches nothing else.
+#
+# Every workload of one cell (clients x synchronous_commit) runs in turn,
+# then the whole round again (E1 E2 ... C1 ..., E1 E2 ...), BENCH_REPS times;
+# each figure is the median of its runs, and every ratio is taken between
+# workloads of the same cell of the same run, because the machine is shared
+# and absolute numbers are noisy.
+#
+#   E1  raw INSERT into bench_plain: delivery_outbox's columns, defaults,
+#       constraints and indexes, no trigger -- the reference
+#   E2  the same INSERT into bench_notify, whose PL/pgSQL AFTER INSERT
+#       trigger does pg_notify('delivery_outbox', NEW.id::text) (the seed
+#       system's design)
+#   E3  outbox_enqueue, delivery_outbox.notify = commit
+#   E4  outbox_enqueue, delivery_outbox.notify = deferred
+#   E5  outbox_enqueue_batch of 100 rows (rows/s = 100 x tx/s), notify = commit
+#   E6  PgQ pgq.insert_event (Debian package postgresql-15-pgq3)
+#   C1  claim 10 + ack (two transactions), whole table and per recipient
+#       (100 recipients), on an outbox holding 2M acked + 500k pending rows
+#       ("big") and on one holding the same pending rows and no acked ones
+#       ("empty"), each in its own database; ratio = big / empty
+#   L1  end-to-end latency: bench/relay.c (LISTEN, wake, claim 100, ack)
+#       against pgbench producers at a fixed rate (-R), for notify = commit
+#       and deferred; latency = acked_at - created_at of each row, both
+#       written server-side with the wall clock (so it runs from the
+#       producer's insert, before its commit, to the relay's ack)
+#
+# During every E run one listener (relay.c in counting mode) is connected and
+# LISTENing on the channel; the table says how many notifications it got,
+# and checks them (count, sum and XOR of the ids) against the rows enqueued.
+#
+# E4 runs only where `SET delivery_outbox.notify = deferred` works, E5 only
+# where outbox_enqueue_batch exists, E6 only where the pgq extension can be
+# created; otherwise the table says "not available".  The bench never fails
+# because of a result: it prints PASS/FAIL lines for the targets of issue 4
+# and exits 0 (non-zero only when it could not run at all).
+#
+# Usage: bench/run.sh            full run, ~10 minutes on 2 cores
+#        QUICK=1 bench/run.sh    16 clients, synchronous_commit on, one
+#                                round, 10x smaller C1 tables, ~1 minute
+#
+# Knobs (environment; QUICK=1 changes the defaults):
+#   BENCH_CELLS    "clients:sync ..."      default "4:on 4:off 16:on 16:off"
+#   BENCH_REPS     rounds per cell         default 3
+#   BENCH_T        seconds per pgbench run default 3
+#   BENCH_WORKLOADS which of E1..E6 C1 L1  default all
+#   C1_ACKED, C1_PENDING                   default 2000000, 500000
+#   L1_RATE, L1_T, L1_CLIENTS              default 2000 rows/s, 5 s, 8
+#   BENCH_PORT     first port to try       default 5450
+#   BENCH_NO_BUILD=1  use the extension already installed (no build/install)
+#   KEEP_TMP=1     keep the work directory (cluster, logs, raw results)
+# The table is also written to bench/out/ (git-ignored).
+
+set -uo pipefail
+
+BENCH_DIR=$(cd "$(dirname "$0")" && pwd)
+OUTBOX_PORT=${BENCH_PORT:-5450}
+OUTBOX_QUIET=1
+# shellcheck source=scripts/common.sh
+. "$BENCH_DIR/../scripts/common.sh"
+
+QUICK=${QUICK:-0}
+if [ "$QUICK" = 1 ]; then
+    BENCH_CELLS=${BENCH_CELLS:-"16:on"}
+    BENCH_REPS=${BENCH_REPS:-1}
+    BENCH_T=${BENCH_T:-2}
+    C1_ACKED=${C1_ACKED:-200000}
+    C1_PENDING=${C1_PENDING:-50000}
+    L1_T=${L1_T:-3}
+else
+    BENCH_CELLS=${BENCH_CELLS:-"4:on 4:off 16:on 16:off"}
+    BENCH_REPS=${BENCH_REPS:-3}
+    BENCH_T=${BENCH_T:-3}
+    C1_ACKED=${C1_ACKED:-2000000}
+    C1_PENDING=${C1_PENDING:-500000}
+    L1_T=${L1_T:-5}
+fi
+BENCH_WORKLOADS=${BENCH_WORKLOADS:-"E1 E2 E3 E4 E5 E6 C1 L1"}
+L1_RATE=${L1_RATE:-2000}
+L1_CLIENTS=${L1_CLIENTS:-8}
+CHANNEL=delivery_outbox
+RECIPIENTS=100
+PAYLOAD_HEX=$(printf '%02x' $(seq 0 63))
+
+want() { case " $BENCH_WORKLOADS " in *" $1 "*) return 0 ;; esac; return 1; }
+
+# ---------------------------------------------------------------------------
+# set-up: packages, build, relay, cluster
+# ---------------------------------------------------------------------------
+
+bench_install_pgq()
+{
+    pkg_installed postgresql-15-pgq3 && return 0
+    log "installing postgresql-15-pgq3 (for E6; skipped if that fails)"
+    {
+        as_root apt-get update -q &&
+            as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql-15-pgq3
+    } >"$OUTBOX_WORK/pgq-install.log" 2>&1 ||
+        warn "could not install postgresql-15-pgq3 (E6 will be skipped); see $OUTBOX_WORK/pgq-install.log"
+}
+
+bench_build()
+{
+    if [ "${BENCH_NO_BUILD:-0}" = 1 ]; then
+        log "BENCH_NO_BUILD=1: using the installed extension"
+    else
+        # The extension directory is shared by everyone on this machine:
+        # one build-and-install at a time.
+        exec 9>/tmp/outbox-build.lock
+        flock 9
+        outbox_build
+        flock -u 9
+        exec 9>&-
+    fi
+    log "building bench/relay.c"
+    run_logged "$OUTBOX_WORK/relay-build.log" \
+        as_user cc -O2 -Wall -Wextra -o "$OUTBOX_WORK/relay" "$OUTBOX_SRC/bench/relay.c" \
+        -I"$("$PG_CONFIG" --includedir)" -L"$("$PG_CONFIG" --libdir)" -lpq ||
+        die "building bench/relay.c failed (needs libpq-dev)"
+}
+
+# Our own cluster: as outbox_start_cluster, plus the preload, the served
+# database and settings that keep checkpoints out of the measured runs.
+bench_start_cluster()
+{
+    local sock=$OUTBOX_WORK/sock
+    outbox_pick_port
+    log "starting a throwaway cluster as $OUTBOX_RUN_USER (socket $sock, port $PGPORT)"
+    RUN_LOGGED_QUIET=1 run_logged "$OUTBOX_WORK/initdb.log" \
+        as_user initdb -D "$OUTBOX_DATA" -A trust -E UTF8 --locale=C --no-sync \
+        -U "$OUTBOX_RUN_USER" ||
+        die "initdb failed"
+    cat >>"$OUTBOX_DATA/postgresql.conf" <<EOF
+
+# throwaway benchmark cluster (bench/run.sh)
+listen_addresses = ''
+unix_socket_directories = '$sock'
+port = $PGPORT
+max_connections = 60
+shared_buffers = 1GB
+max_wal_size = 8GB
+min_wal_size = 1GB
+checkpoint_timeout = 1h
+log_checkpoints = on
+log_autovacuum_min_duration = -1
+include_if_exists = 'bench_preload.conf'
+EOF
+    cat >"$OUTBOX_DATA/bench_preload.conf" <<EOF
+shared_preload_libraries = 'delivery_outbox'
+delivery_outbox.database = 'bench'
+EOF
+    chown "$OUTBOX_RUN_USER:" "$OUTBOX_DATA/bench_preload.conf" 2>/dev/null || true
+    PGHOST=$sock
+    PGUSER=$OUTBOX_RUN_USER
+    PGDATABASE=postgres
+    export PGHOST PGPORT PGUSER PGDATABASE
+    PRELOADED=yes
+    if ! as_user pg_ctl -D "$OUTBOX_DATA" -l "$OUTBOX_LOG" -w -t 60 start >"$OUTBOX_WORK/pg_ctl.log" 2>&1; then
+        warn "the server did not start with shared_preload_libraries = 'delivery_outbox':"
+        tail -n 20 "$OUTBOX_LOG" >&2
+        warn "starting it without the preload (no deferred mode)"
+        : >"$OUTBOX_DATA/bench_preload.conf"
+        PRELOADED=no
+        as_user pg_ctl -D "$OUTBOX_DATA" -l "$OUTBOX_LOG" -w -t 60 start >"$OUTBOX_WORK/pg_ctl.log" 2>&1 || {
+            cat "$OUTBOX_WORK/pg_ctl.log" "$OUTBOX_LOG" >&2
+            die "the server did not start"
+        }
+    fi
+    OUTBOX_CLUSTER_UP=1
+}
+
+# ---------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------
+
+# bsql DB SQL: run SQL in DB, unaligned tuples only, stop at the first error.
+bsql()
+{
+    local db=$1
+    shift
+    as_user psql -X -q -At -v ON_ERROR_STOP=1 -d "$db" -c "$*"
+}
+
+# bsql_ok DB SQL: true if SQL runs without error (output discarded).
+bsql_ok() { bsql "$@" >/dev/null 2>&1; }
+
+# The settings that suppress wake-ups for bulk loads and top-ups: a notify
+# queue limit of 0 skips every NOTIFY (1.0 and later), notify = off (1.1).
+quiet_sql()
+{
+    local s="SET delivery_outbox.notify_queue_limit = 0;"
+    [ "$HAVE_NOTIFY_GUC" = yes ] && s="$s SET delivery_outbox.notify = off;"
+    printf '%s' "$s"
+}
+
+# pgopts SYNC [NOTIFY]: the PGOPTIONS for a run.
+pgopts()
+{
+    local o="-c synchronous_commit=$1"
+    if [ -n "${2:-}" ] && [ "$HAVE_NOTIFY_GUC" = yes ]; then
+        o="$o -c delivery_outbox.notify=$2"
+    fi
+    printf '%s' "$o"
+}
+
+# run_pgbench OUT DB PGOPTIONS CLIENTS LENGTH SCRIPT [extra pgbench args]:
+# LENGTH is seconds (-T) or xN for N transactions per client (-t).  Prints
+# the tps (excluding connection time), or nothing on failure.
+run_pgbench()
+{
+    local out=$1 db=$2 opts=$3 clients=$4 len=$5 script=$6
+    shift 6
+    local threads=2 lenarg=(-T "$len")
+    [ "$clients" -lt 2 ] && threads=1
+    case $len in x*) lenarg=(-t "${len#x}") ;; esac
+    as_user env PGOPTIONS="$opts" pgbench -n -M prepared -c "$clients" -j "$threads" \
+        "${lenarg[@]}" "$@" -f "$OUTBOX_SRC/bench/$script" "$db" >"$out" 2>&1
+    awk '/^tps = / { print $3; exit }' "$out"
+}
+
+# Start the counting listener; sets LISTENER_PID (relay.c's own pid),
+# LISTENER_BG (the background job), LISTENER_OUT and LISTENER_EXPECT.
+start_listener()
+{
+    LISTENER_OUT=$RAW/listener.$1.out
+    LISTENER_EXPECT=$RAW/listener.$1.expect
+    rm -f "$LISTENER_EXPECT"
+    as_user_bg env PGDATABASE=bench "$OUTBOX_WORK/relay" listen "$CHANNEL" "$LISTENER_EXPECT" \
+        >"$LISTENER_OUT" 2>&1
+    LISTENER_BG=$OUTBOX_BG_PID
+    LISTENER_PID=
+    local i
+    for i in $(seq 1 100); do
+        LISTENER_PID=$(awk '/^ready / { print $2; exit }' "$LISTENER_OUT")
+        [ -n "$LISTENER_PID" ] && return 0
+        kill -0 "$LISTENER_BG" 2>/dev/null || break
+        sleep 0.1
+    done
+    warn "the listener did not start: $(cat "$LISTENER_OUT")"
+    return 1
+}
+
+# stop_listener EXPECTED: tell it how many to expect, wait, print
+# "count sum xor senders".
+stop_listener()
+{
+    [ -n "${LISTENER_PID:-}" ] || { echo "- - - -"; return; }
+    echo "$1" >"$LISTENER_EXPECT"
+    chmod 644 "$LISTENER_EXPECT"
+    kill -USR1 "$LISTENER_PID" 2>/dev/null
+    wait "$LISTENER_BG" 2>/dev/null
+    LISTENER_PID=
+    awk '/^notifications=/ {
+            for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+            print v["notifications"], v["sum"], v["xor"], v["senders"]; found = 1 }
+         END { if (!found) print "- - - -" }' "$LISTENER_OUT"
+}
+
+# record FIELDS...: one line of raw results.
+record() { (IFS='|'; echo "$*") >>"$RAW/results"; }
+
+# ---------------------------------------------------------------------------
+# the workloads
+# ---------------------------------------------------------------------------
+
+# run_e W CLIENTS SYNC REP
+run_e()
+{
+    local w=$1 c=$2 s=$3 rep=$4
+    local script table notify="" rows_per_tx=1 notifies=yes
+    case $w in
+        E1) script=e1_insert.sql; table=bench_plain; notifies=no ;;
+        E2) script=e2_insert_notify.sql; table=bench_notify ;;
+        E3) script=e3_enqueue.sql; table=delivery_outbox; notify=commit ;;
+        E4) script=e3_enqueue.sql; table=delivery_outbox; notify=deferred ;;
+        E5) script=e5_enqueue_batch.sql; table=delivery_outbox; notify=commit; rows_per_tx=100 ;;
+        E6) script=e6_pgq.sql; table=$PGQ_TABLE; notifies=no ;;
+    esac
+    local tag="$w.c$c.$s.r$rep"
+    bsql bench "TRUNCATE $table" || { record E "$w" "$c" "$s" "$rep" "" "" "" "" "" "" "truncate failed"; return; }
+    local listener=yes
+    start_listener "$tag" || listener=no
+    local tps
+    tps=$(run_pgbench "$RAW/pgbench.$tag" bench "$(pgopts "$s" "$notify")" "$c" "$BENCH_T" "$script")
+    local idcol=id
+    [ "$w" = E6 ] && idcol=ev_id
+    local n sum xor
+    read -r n sum xor < <(bsql bench "SELECT count(*), coalesce(sum($idcol), 0), coalesce(bit_xor($idcol), 0) FROM $table" | tr '|' ' ')
+    local expect=0
+    [ "$notifies" = yes ] && expect=${n:-0}
+    local got gsum gxor senders
+    read -r got gsum gxor senders < <(stop_listener "$expect")
+    [ "$listener" = no ] && got=-
+    local check=-
+    if [ "$notifies" = yes ] && [ "$got" != - ]; then
+        if [ "$got" = "$n" ] && [ "$gsum" = "$sum" ] && [ "$gxor" = "$xor" ]; then
+            check=ok
+        else
+            check=bad
+        fi
+    fi
+    local note=""
+    [ -z "$tps" ] && note="pgbench failed: $(grep -m1 -iE 'error|abort' "$RAW/pgbench.$tag")"
+    local rows=""
+    [ -n "$tps" ] && rows=$(awk -v t="$tps" -v k="$rows_per_tx" 'BEGIN { printf "%.1f", t * k }')
+    record E "$w" "$c" "$s" "$rep" "$tps" "$rows" "$listener" "$n" "$got" "$check" "$senders" "$note"
+}
+
+# C1 tables: bench_big (C1_ACKED acked rows, then C1_PENDING pending rows)
+# and bench_empty (C1_PENDING pending rows), 100 recipients round-robin.
+# Acked rows are inserted restore-style, with consistent bookkeeping, through
+# the trigger; pending rows with wake-ups suppressed.
+c1_load()
+{
+    local db=$1 acked=$2
+    local p="'\\x$PAYLOAD_HEX'::bytea"
+    as_user createdb "$db" || die "createdb $db failed"
+    bsql "$db" "CREATE EXTENSION delivery_outbox" || die "CREATE EXTENSION in $db failed"
+    if [ "$acked" -gt 0 ]; then
+        bsql "$db" "$(quiet_sql)
+            INSERT INTO delivery_outbox (recipient, kind, payload, delivery_state,
+                                         delivery_attempts, created_at, delivered_at, acked_at)
+            SELECT 'agent:' || (g % $RECIPIENTS), 'work', $p, 'acked', 1,
+                   now() - interval '2 days' + g * interval '1 ms',
+                   now() - interval '2 days' + g * interval '1 ms' + interval '5 ms',
+                   now() - interval '2 days' + g * interval '1 ms' + interval '10 ms'
+              FROM generate_series(1, $acked) g" ||
+            die "loading acked rows into $db failed"
+    fi
+    c1_topup "$db"
+}
+
+# c1_topup DB: ack what a run left delivered, drop the acked rows it made in
+# the "empty" table, bring the pending rows back to C1_PENDING, VACUUM.
+c1_topup()
+{
+    local db=$1
+    local p="'\\x$PAYLOAD_HEX'::bytea"
+    local del=""
+    [ "$db" = bench_empty ] && del="DELETE FROM delivery_outbox WHERE delivery_state = 'acked';"
+    bsql "$db" "$(quiet_sql)
+        UPDATE delivery_outbox SET delivery_state = 'acked' WHERE delivery_state = 'delivered';
+        $del
+        INSERT INTO delivery_outbox (recipient, kind, payload)
+        SELECT 'agent:' || (g % $RECIPIENTS), 'work', $p
+          FROM generate_series(1, $C1_PENDING - (SELECT count(*) FROM delivery_outbox
+                                                 WHERE delivery_state = 'pending')) g" >/dev/null &&
+        bsql "$db" "VACUUM delivery_outbox"
+}
+
+c1_pending() { bsql "$1" "SELECT count(*) FROM delivery_outbox WHERE delivery_state = 'pending'"; }
+
+# run_c1 TABLE(big|empty) MODE(all|recipient) CLIENTS SYNC REP
+run_c1()
+{
+    local which=$1 mode=$2 c=$3 s=$4 rep=$5
+    local db=bench_$which
+    local tag="C1-$mode-$which.c$c.$s.r$rep"
+    # QUICK's small tables would run dry in a timed run: a fixed number of
+    # claims instead, at most half the pending rows.
+    local C1_LEN=$BENCH_T
+    [ "$QUICK" = 1 ] && C1_LEN=x$((C1_PENDING / 20 / c))
+    c1_topup "$db" || { record C "C1-$mode-$which" "$c" "$s" "$rep" "" "" "" "" "" "" "top-up failed"; return; }
+    local before after tps
+    before=$(c1_pending "$db")
+    tps=$(run_pgbench "$RAW/pgbench.$tag" "$db" "$(pgopts "$s")" "$c" "$C1_LEN" "c1_claim_$mode.sql")
+    after=$(c1_pending "$db")
+    local rows=$((before - after)) rps="" per="" note="" ntx
+    ntx=$(awk '/^number of transactions actually processed:/ { print $NF; exit }' "$RAW/pgbench.$tag")
+    if [ -n "$tps" ] && [ -n "$ntx" ] && [ "$ntx" -gt 0 ]; then
+        per=$(awk -v r="$rows" -v n="$ntx" 'BEGIN { printf "%.2f", r / n }')
+        rps=$(awk -v p="$per" -v x="$tps" 'BEGIN { printf "%.1f", p * x }')
+        [ "$after" -lt $((C1_PENDING / 10)) ] && note="ran low on pending rows ($after left)"
+    else
+        note="pgbench failed: $(grep -m1 -iE 'error|abort' "$RAW/pgbench.$tag")"
+    fi
+    record C "C1-$mode-$which" "$c" "$s" "$rep" "$tps" "$rps" no "$rows" "$per" "" "" "$note"
+}
+
+# run_l1 MODE(commit|deferred) REP
+run_l1()
+{
+    local mode=$1 rep=$2
+    local tag="L1-$mode.r$rep"
+    bsql bench "TRUNCATE delivery_outbox" || return
+    local out=$RAW/relay.$tag.out
+    as_user_bg env PGDATABASE=bench "$OUTBOX_WORK/relay" relay "$CHANNEL" >"$out" 2>&1
+    local bg=$OUTBOX_BG_PID pid="" i
+    for i in $(seq 1 100); do
+        pid=$(awk '/^ready / { print $2; exit }' "$out")
+        [ -n "$pid" ] && break
+        kill -0 "$bg" 2>/dev/null || break
+        sleep 0.1
+    done
+    if [ -z "$pid" ]; then
+        record L "L1-$mode" "$L1_CLIENTS" on "$rep" "" "" relay "" "" "" "" "relay did not start: $(head -c 200 "$out")"
+        return
+    fi
+    local tps
+    tps=$(run_pgbench "$RAW/pgbench.$tag" bench "$(pgopts on "$mode")" "$L1_CLIENTS" "$L1_T" \
+        e3_enqueue.sql -R "$L1_RATE")
+    # let the relay finish: every row acked, or 5 s
+    for i in $(seq 1 50); do
+        [ "$(bsql bench "SELECT count(*) FROM delivery_outbox WHERE delivery_state <> 'acked'")" = 0 ] && break
+        sleep 0.1
+    done
+    kill -TERM "$pid" 2>/dev/null
+    wait "$bg" 2>/dev/null
+    local stats
+    stats=$(bsql bench "SELECT count(*),
+               count(*) FILTER (WHERE delivery_state = 'acked'),
+               round((1000 * extract(epoch FROM percentile_cont(0.5) WITHIN GROUP (ORDER BY acked_at - created_at)))::numeric, 2),
+               round((1000 * extract(epoch FROM percentile_cont(0.99) WITHIN GROUP (ORDER BY acked_at - created_at)))::numeric, 2),
+               round((1000 * extract(epoch FROM max(acked_at - created_at)))::numeric, 2)
+             FROM delivery_outbox")
+    local n acked p50 p99 max
+    IFS='|' read -r n acked p50 p99 max <<<"$stats"
+    local note="" rstats
+    rstats=$(grep -m1 '^wakeups=' "$out")
+    local lag
+    lag=$(awk '/^rate limit schedule lag:/ { print $6; exit }' "$RAW/pgbench.$tag")
+    [ -n "$lag" ] && rstats="$rstats; producers' schedule lag avg $lag ms"
+    [ -z "$tps" ] && note="pgbench failed: $(grep -m1 -iE 'error|abort' "$RAW/pgbench.$tag")"
+    [ "$acked" != "$n" ] && note="$note only $acked of $n rows acked"
+    record L "L1-$mode" "$L1_CLIENTS" on "$rep" "$tps" "$p50" relay "$n" "$p99" "$max" "$rstats" "$note"
+}
+
+# ---------------------------------------------------------------------------
+# main
+# ---------------------------------------------------------------------------
+
+BENCH_START=$(date +%s)
+trap outbox_exit_trap EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
+
+OUTBOX_PACKAGES="libpq-dev ${OUTBOX_PACKAGES:-}"
+outbox_install_packages
+[ -x "$PG_CONFIG" ] || die "PG_CONFIG=$PG_CONFIG is not an executable pg_config"
+PG_BINDIR=$("$PG_CONFIG" --bindir)
+outbox_pick_user
+outbox_copy_tree
+RAW=$OUTBOX_WORK/raw
+mkdir -p "$RAW"
+is_root && chown "$OUTBOX_RUN_USER:" "$RAW"
+want E6 && bench_install_pgq
+bench_build
+bench_start_cluster
+
+log "creating the bench database"
+as_user createdb bench || die "createdb bench failed"
+bsql bench "CREATE EXTENSION delivery_outbox" || die "CREATE EXTENSION delivery_outbox failed"
+EXT_VERSION=$(bsql bench "SELECT extversion FROM pg_extension WHERE extname = 'delivery_outbox'")
+bsql bench "
+    CREATE TABLE bench_plain (LIKE delivery_outbox INCLUDING ALL);
+    CREATE SEQUENCE bench_plain_id_seq OWNED BY bench_plain.id;
+    ALTER TABLE bench_plain ALTER id SET DEFAULT nextval('bench_plain_id_seq');
+    CREATE TABLE bench_notify (LIKE delivery_outbox INCLUDING ALL);
+    CREATE SEQUENCE bench_notify_id_seq OWNED BY bench_notify.id;
+    ALTER TABLE bench_notify ALTER id SET DEFAULT nextval('bench_notify_id_seq');
+    CREATE FUNCTION bench_notify_id() RETURNS trigger LANGUAGE plpgsql AS
+    \$\$ BEGIN PERFORM pg_notify('$CHANNEL', NEW.id::text); RETURN NULL; END \$\$;
+    CREATE TRIGGER bench_notify_id AFTER INSERT ON bench_notify
+        FOR EACH ROW EXECUTE FUNCTION bench_notify_id();" ||
+    die "creating the E1/E2 tables failed"
+
+HAVE_NOTIFY_GUC=no
+bsql_ok bench "SET delivery_outbox.notify = off" && HAVE_NOTIFY_GUC=yes
+HAVE_DEFERRED=no
+DEFERRED_NOTE="not available: SET delivery_outbox.notify = deferred fails (extension $EXT_VERSION)"
+if bsql_ok bench "SET delivery_outbox.notify = deferred"; then
+    HAVE_DEFERRED=yes
+    DEFERRED_NOTE=""
+    # the worker serving "bench" retries until the database exists
+    for i in $(seq 1 150); do
+        [ "$(bsql bench "SELECT count(*) FROM pg_stat_activity
+                          WHERE datname = 'bench' AND backend_type LIKE 'delivery_outbox%'")" != 0 ] && break
+        sleep 0.1
+    done
+    if [ "$(bsql bench "SELECT count(*) FROM pg_stat_activity
+                        WHERE datname = 'bench' AND backend_type LIKE 'delivery_outbox%'")" = 0 ]; then
+        DEFERRED_NOTE="no worker serves database bench (preloaded: $PRELOADED): deferred may fall back to commit"
+    fi
+fi
+HAVE_BATCH=no
+BATCH_NOTE="not available: no outbox_enqueue_batch (extension $EXT_VERSION)"
+if [ "$(bsql bench "SELECT to_regprocedure('outbox_enqueue_batch(text[],text[],bytea[],text[])') IS NOT NULL")" = t ]; then
+    HAVE_BATCH=yes
+    BATCH_NOTE=""
+fi
+HAVE_PGQ=no
+PGQ_NOTE="not available: CREATE EXTENSION pgq failed (package postgresql-15-pgq3)"
+PGQ_TABLE=
+if want E6 && bsql_ok bench "CREATE EXTENSION pgq" &&
+    bsql_ok bench "SELECT pgq.create_queue('bench_q')"; then
+    PGQ_TABLE=$(bsql bench "SELECT queue_data_pfx FROM pgq.queue WHERE queue_name = 'bench_q'")
+    [ -n "$PGQ_TABLE" ] && HAVE_PGQ=yes && PGQ_NOTE=""
+fi
+log "extension $EXT_VERSION; preloaded: $PRELOADED; notify GUC: $HAVE_NOTIFY_GUC; deferred: $HAVE_DEFERRED; batch: $HAVE_BATCH; pgq: $HAVE_PGQ"
+
+if want C1; then
+    log "building the C1 tables: bench_big ($C1_ACKED acked + $C1_PENDING pending), bench_empty ($C1_PENDING pending)"
+    t0=$(date +%s)
+    c1_load bench_big "$C1_ACKED"
+    c1_load bench_empty 0
+    log "C1 tables ready in $(($(date +%s) - t0)) s"
+fi
+
+E_LIST=()
+for w in E1 E2 E3 E4 E5 E6; do
+    want "$w" || continue
+    case $w in
+        E4) [ "$HAVE_DEFERRED" = yes ] || continue ;;
+        E5) [ "$HAVE_BATCH" = yes ] || continue ;;
+        E6) [ "$HAVE_PGQ" = yes ] || continue ;;
+    esac
+    E_LIST+=("$w")
+done
+
+# Warm-up: one short unrecorded run of each enqueue workload.
+if [ "$QUICK" != 1 ]; then
+    log "warm-up"
+    for w in "${E_LIST[@]}"; do
+        run_pgbench "$RAW/warmup.$w" bench "$(pgopts on)" 4 1 \
+            "$(case $w in E1) echo e1_insert.sql ;; E2) echo e2_insert_notify.sql ;;
+                          E3|E4) echo e3_enqueue.sql ;; E5) echo e5_enqueue_batch.sql ;;
+                          E6) echo e6_pgq.sql ;; esac)" >/dev/null
+    done
+fi
+
+for cell in $BENCH_CELLS; do
+    c=${cell%%:*}
+    s=${cell##*:}
+    for rep in $(seq 1 "$BENCH_REPS"); do
+        log "cell $c clients, synchronous_commit $s: round $rep/$BENCH_REPS ($(($(date +%s) - BENCH_START)) s)"
+        for w in "${E_LIST[@]}"; do
+            run_e "$w" "$c" "$s" "$rep"
+        done
+        if want C1; then
+            for mode in all recipient; do
+                run_c1 big "$mode" "$c" "$s" "$rep"
+                run_c1 empty "$mode" "$c" "$s" "$rep"
+            done
+        fi
+    done
+done
+
+if want L1; then
+    for rep in $(seq 1 "$BENCH_REPS"); do
+        log "L1 round $rep/$BENCH_REPS ($(($(date +%s) - BENCH_START)) s)"
+        run_l1 commit "$rep"
+        [ "$HAVE_DEFERRED" = yes ] && run_l1 deferred "$rep"
+    done
+fi
+
+# ---------------------------------------------------------------------------
+# the table
+# ---------------------------------------------------------------------------
+
+REPORT=$RAW/report.txt
+{
+    echo "delivery_outbox bench: extension $EXT_VERSION, PostgreSQL $(bsql postgres "SHOW server_version"), $(nproc) cores"
+    echo "command: ${BENCH_CMD:-bench/run.sh}  (QUICK=$QUICK; cells: $BENCH_CELLS; median of $BENCH_REPS run(s) of ${BENCH_T}s each)"
+    echo "C1 tables: big = $C1_ACKED acked + $C1_PENDING pending rows, empty = $C1_PENDING pending rows; $RECIPIENTS recipients"
+    echo
+    awk -F'|' \
+        -v deferred_note="$DEFERRED_NOTE" -v batch_note="$BATCH_NOTE" -v pgq_note="$PGQ_NOTE" \
+        -v cells="$BENCH_CELLS" -v want="$BENCH_WORKLOADS" -v l1rate="$L1_RATE" -v l1c="$L1_CLIENTS" \
+        -f "$BENCH_DIR/report.awk" "$RAW/results"
+} >"$REPORT"
+
+cat "$REPORT"
+mkdir -p "$BENCH_DIR/out"
+OUT_FILE=$BENCH_DIR/out/run-$(date +%Y%m%d-%H%M%S).txt
+cp "$REPORT" "$OUT_FILE"
+cp "$RAW/results" "$OUT_FILE.raw"
+log "table written to $OUT_FILE; total $(($(date +%s) - BENCH_START)) s"
