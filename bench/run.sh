@@ -249,24 +249,36 @@ start_listener()
     return 1
 }
 
-# stop_listener EXPECTED: tell it how many to expect, wait, print
-# "count sum xor senders".
+# stop_listener EXPECTED: tell it how many to expect, wait for it, and set
+# LISTENER_RESULT to "count sum xor senders" ("- - - -" if it failed).
+# Not in a subshell: only this shell can wait for the background job.
 stop_listener()
 {
-    [ -n "${LISTENER_PID:-}" ] || { echo "- - - -"; return; }
+    LISTENER_RESULT="- - - -"
+    [ -n "${LISTENER_PID:-}" ] || return 0
     echo "$1" >"$LISTENER_EXPECT"
     chmod 644 "$LISTENER_EXPECT"
     kill -USR1 "$LISTENER_PID" 2>/dev/null
     wait "$LISTENER_BG" 2>/dev/null
     LISTENER_PID=
-    awk '/^notifications=/ {
+    LISTENER_RESULT=$(awk '/^notifications=/ {
             for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
             print v["notifications"], v["sum"], v["xor"], v["senders"]; found = 1 }
-         END { if (!found) print "- - - -" }' "$LISTENER_OUT"
+         END { if (!found) print "- - - -" }' "$LISTENER_OUT")
 }
 
-# record FIELDS...: one line of raw results.
-record() { (IFS='|'; echo "$*") >>"$RAW/results"; }
+# record FIELDS...: one line of raw results, and a progress line (the time
+# since the previous one includes the run's set-up and clean-up).
+LAST_RECORD=${EPOCHREALTIME/,/.}
+record()
+{
+    (IFS='|'; echo "$*") >>"$RAW/results"
+    local now=${EPOCHREALTIME/,/.}
+    printf '    %-20s %3s clients, sync %-3s rep %s: %8s tx/s  (%.1f s)%s\n' "$2" "$3" "$4" "$5" \
+        "${6%%.*}" "$(awk -v a="$now" -v b="$LAST_RECORD" 'BEGIN { print a - b }')" \
+        "${13:+  $13}"
+    LAST_RECORD=$now
+}
 
 # ---------------------------------------------------------------------------
 # the workloads
@@ -298,17 +310,18 @@ run_e()
     local expect=0
     [ "$notifies" = yes ] && expect=${n:-0}
     local got gsum gxor senders
-    read -r got gsum gxor senders < <(stop_listener "$expect")
-    [ "$listener" = no ] && got=-
-    local check=-
-    if [ "$notifies" = yes ] && [ "$got" != - ]; then
+    stop_listener "$expect"
+    read -r got gsum gxor senders <<<"$LISTENER_RESULT"
+    local check=- note=""
+    if [ "$listener" = yes ] && [ "$got" = - ]; then
+        note="the listener failed: $(grep -m1 -v '^ready' "$LISTENER_OUT")"
+    elif [ "$notifies" = yes ] && [ "$listener" = yes ]; then
         if [ "$got" = "$n" ] && [ "$gsum" = "$sum" ] && [ "$gxor" = "$xor" ]; then
             check=ok
         else
             check=bad
         fi
     fi
-    local note=""
     [ -z "$tps" ] && note="pgbench failed: $(grep -m1 -iE 'error|abort' "$RAW/pgbench.$tag")"
     local rows=""
     [ -n "$tps" ] && rows=$(awk -v t="$tps" -v k="$rows_per_tx" 'BEGIN { printf "%.1f", t * k }')
@@ -365,17 +378,17 @@ run_c1()
     local which=$1 mode=$2 c=$3 s=$4 rep=$5
     local db=bench_$which
     local tag="C1-$mode-$which.c$c.$s.r$rep"
-    # QUICK's small tables would run dry in a timed run: a fixed number of
-    # claims instead, at most half the pending rows.
+    # QUICK's small tables could run dry in a timed run: a fixed number of
+    # claims instead, for a fifth of the pending rows.
     local C1_LEN=$BENCH_T
-    [ "$QUICK" = 1 ] && C1_LEN=x$((C1_PENDING / 20 / c))
+    [ "$QUICK" = 1 ] && C1_LEN=x$(( (C1_PENDING / 50 + c - 1) / c ))
     c1_topup "$db" || { record C "C1-$mode-$which" "$c" "$s" "$rep" "" "" "" "" "" "" "top-up failed"; return; }
     local before after tps
     before=$(c1_pending "$db")
     tps=$(run_pgbench "$RAW/pgbench.$tag" "$db" "$(pgopts "$s")" "$c" "$C1_LEN" "c1_claim_$mode.sql")
     after=$(c1_pending "$db")
     local rows=$((before - after)) rps="" per="" note="" ntx
-    ntx=$(awk '/^number of transactions actually processed:/ { print $NF; exit }' "$RAW/pgbench.$tag")
+    ntx=$(awk '/^number of transactions actually processed:/ { split($NF, a, "/"); print a[1]; exit }' "$RAW/pgbench.$tag")
     if [ -n "$tps" ] && [ -n "$ntx" ] && [ "$ntx" -gt 0 ]; then
         per=$(awk -v r="$rows" -v n="$ntx" 'BEGIN { printf "%.2f", r / n }')
         rps=$(awk -v p="$per" -v x="$tps" 'BEGIN { printf "%.1f", p * x }')
@@ -538,6 +551,7 @@ if [ "$QUICK" != 1 ]; then
     done
 fi
 
+LAST_RECORD=${EPOCHREALTIME/,/.}
 for cell in $BENCH_CELLS; do
     c=${cell%%:*}
     s=${cell##*:}
@@ -576,6 +590,7 @@ REPORT=$RAW/report.txt
     awk -F'|' \
         -v deferred_note="$DEFERRED_NOTE" -v batch_note="$BATCH_NOTE" -v pgq_note="$PGQ_NOTE" \
         -v cells="$BENCH_CELLS" -v want="$BENCH_WORKLOADS" -v l1rate="$L1_RATE" -v l1c="$L1_CLIENTS" \
+        -v acked="$(awk -v n="$C1_ACKED" 'BEGIN { if (n % 1000000 == 0) print n / 1000000 "M"; else if (n % 1000 == 0) print n / 1000 "k"; else print n }')" \
         -f "$BENCH_DIR/report.awk" "$RAW/results"
 } >"$REPORT"
 
