@@ -18,6 +18,7 @@
 # - acked rows older than retain_acked disappear, never before; rows in
 #   other states stay;
 # - each pass is bounded: 10000 reclaimed and 10000 purged rows;
+# - rows other sessions hold locked are skipped, and nobody is blocked;
 # - pg_terminate_backend of the worker: a new worker within seconds, which
 #   sweeps;
 # - DROP EXTENSION and CREATE EXTENSION (in another schema) leave the server
@@ -332,6 +333,51 @@ $node->poll_query_until('postgres',
 wait_for_wakeups(1);
 $node->safe_psql('postgres', 'ALTER SYSTEM SET delivery_outbox.retain_acked = -1');
 $node->reload;
+
+#
+# The sweeper skips rows other sessions hold locked, and waits for nobody:
+# of two rows of agent:l delivered long enough, the one a relay holds FOR
+# UPDATE stays delivered while the other comes back; once the lock is gone
+# it comes back too.
+#
+$node->safe_psql(
+	'postgres', q{
+SELECT outbox_enqueue('agent:l', 'work', '\x11');
+SELECT outbox_enqueue('agent:l', 'work', '\x12');
+});
+my $locker = $node->background_psql('postgres');
+$locker->query_safe(q{SELECT count(*) FROM outbox_claim(2, 'agent:l')});
+$locker->query_safe(
+	q{BEGIN; SELECT id FROM delivery_outbox WHERE payload = '\x11' FOR UPDATE;});
+$node->poll_query_until('postgres',
+	q{SELECT delivery_state = 'pending' FROM delivery_outbox WHERE payload = '\x12'})
+  or die 'the unlocked row was not reclaimed';
+is( $node->safe_psql(
+		'postgres',
+		q{SELECT string_agg(encode(payload, 'hex') || ':' || delivery_state, ',' ORDER BY id)
+		  FROM delivery_outbox WHERE recipient = 'agent:l'}),
+	'11:delivered,12:pending',
+	'the row held locked is skipped, the other reclaimed');
+is( $node->safe_psql(
+		'postgres',
+		q{SELECT count(*) FROM pg_stat_activity
+		  WHERE backend_type = 'delivery_outbox sweeper' AND wait_event_type = 'Lock'}),
+	'0',
+	'the worker does not wait for the lock');
+like( $node->safe_psql(
+		'postgres', q{SELECT outbox_enqueue('agent:l', 'work', '\x13')}),
+	qr/^\d+$/,
+	'a producer is not blocked either');
+$locker->query_safe('COMMIT');
+$node->poll_query_until('postgres',
+	q{SELECT delivery_state = 'pending' FROM delivery_outbox WHERE payload = '\x11'})
+  or die 'the row was not reclaimed after its lock went';
+pass('once the lock is released the row is reclaimed');
+$locker->quit;
+# 2 enqueues, 2 reclaims, 1 enqueue
+is(scalar(wait_for_wakeups(5)), 5, 'the relay heard all of it');
+$node->safe_psql('postgres',
+	q{DELETE FROM delivery_outbox WHERE recipient = 'agent:l'});
 
 #
 # pg_terminate_backend of the worker: a new one within seconds (restart
