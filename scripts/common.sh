@@ -23,6 +23,8 @@
 #   OUTBOX_PORT      first port to try, default 54329 (the next free one is used)
 #   OUTBOX_USER      OS user for the cluster and tests (default: see above)
 #   OUTBOX_PACKAGES  extra Debian packages the caller needs
+#   OUTBOX_COMMAND_PACKAGES  extra "command=package" pairs: the package is
+#                    installed only when the command is not on PATH
 #   OUTBOX_QUIET=1   show build/initdb output only when something fails
 #   KEEP_TMP=1       keep the temporary directory (data, logs, results)
 #
@@ -41,6 +43,13 @@ PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 OUTBOX_PORT=${OUTBOX_PORT:-54329}
 OUTBOX_BASE_PACKAGES=(postgresql-15 postgresql-server-dev-15 build-essential
                       libipc-run-perl)
+# What examples/ needs (scripts/test.sh's examples suite): psycopg 3 and
+# PyYAML for the Python relay and the exporter check, libpq for the C relay
+# (postgresql-server-dev-15 pulls it in too), Node.js for the Node relay.
+OUTBOX_EXAMPLE_PACKAGES=(python3-psycopg python3-yaml libpq-dev nodejs)
+# "command=package": the package is installed only when the command is
+# missing.  NodeSource's nodejs ships npm and conflicts with Debian's npm.
+OUTBOX_EXAMPLE_COMMANDS=(npm=npm)
 
 OUTBOX_TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUTBOX_WORK=
@@ -120,6 +129,9 @@ outbox_install_packages()
 
     # shellcheck disable=SC2206   # a space-separated list on purpose
     want+=(${OUTBOX_PACKAGES:-})
+    for p in ${OUTBOX_COMMAND_PACKAGES:-}; do
+        command -v "${p%%=*}" >/dev/null 2>&1 || want+=("${p#*=}")
+    done
     command -v dpkg-query >/dev/null 2>&1 ||
         die "dpkg-query not found: this script installs Debian packages (${want[*]})"
     for p in "${want[@]}"; do
@@ -199,7 +211,9 @@ outbox_copy_tree()
         --exclude=./.git --exclude='*.o' --exclude='*.so' --exclude='*.bc' \
         --exclude=./results --exclude=./output_iso --exclude=./tmp_check \
         --exclude=./tmp_check_iso --exclude=./log --exclude=./regression.diffs \
-        --exclude=./regression.out . |
+        --exclude=./regression.out --exclude=./dist \
+        --exclude=./examples/node/node_modules --exclude=./examples/c/relay \
+        --exclude=./examples/c/producer . |
         tar -C "$OUTBOX_SRC" -xf - ||
         die "copying $OUTBOX_TOP to $OUTBOX_SRC failed"
     if is_root; then

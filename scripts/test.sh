@@ -9,8 +9,11 @@
 #   regress     sql/*.sql        make installcheck ISOLATION= TAP_TESTS=
 #   isolation   specs/*.spec     make installcheck REGRESS= TAP_TESTS=
 #   TAP         t/*.pl           make installcheck REGRESS= ISOLATION=
-# Every regress test, every isolation spec and every TAP assertion counts as
-# one test.  On failure it prints regression.diffs and the TAP logs.  The last
+#   examples    examples/test_examples.sh: the Python, Node.js and C relays
+#               and producers against the cluster (own databases), and the
+#               postgres_exporter queries
+# Every regress test, every isolation spec, every TAP assertion and every
+# examples assertion counts as one test.  On failure it prints regression.diffs and the TAP logs.  The last
 # line is always "N passed, N failed"; the exit status is non-zero when a test
 # failed or when no test ran.
 #
@@ -20,6 +23,8 @@ set -uo pipefail
 
 # shellcheck source=scripts/common.sh
 . "$(dirname "$0")/common.sh"
+OUTBOX_PACKAGES="${OUTBOX_EXAMPLE_PACKAGES[*]} ${OUTBOX_PACKAGES:-}"
+OUTBOX_COMMAND_PACKAGES="${OUTBOX_EXAMPLE_COMMANDS[*]} ${OUTBOX_COMMAND_PACKAGES:-}"
 
 # A set-up failure (packages, build, warnings, initdb) is one failed test,
 # so that the closing line is there whatever happens.
@@ -175,6 +180,23 @@ if have 't/*.pl'; then
     record TAP "$p" "$f" "$s"
 else
     log "suite: TAP: no t/*.pl, skipped"
+fi
+
+# --- examples --------------------------------------------------------------
+if [ -f "$OUTBOX_SRC/examples/test_examples.sh" ]; then
+    log "suite: examples"
+    as_user env EXAMPLES_WORK="$OUTBOX_WORK/examples" EXAMPLES_KEEP="${KEEP_TMP:-0}" \
+        bash "$OUTBOX_SRC/examples/test_examples.sh" 2>&1 |
+        tee "$OUTBOX_WORK/examples.out"
+    SUITE_RC=${PIPESTATUS[0]}
+    read -r p f s < <(count_tap "$OUTBOX_WORK/examples.out")
+    if [ "$SUITE_RC" -ne 0 ] && [ "$f" -eq 0 ]; then
+        warn "examples: exited $SUITE_RC without a failed assertion; counting one failure"
+        f=1
+    fi
+    record examples "$p" "$f" "$s"
+else
+    log "suite: examples: no examples/test_examples.sh, skipped"
 fi
 
 outbox_teardown

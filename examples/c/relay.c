@@ -1,0 +1,595 @@
+/*-------------------------------------------------------------------------
+ *
+ * relay.c
+ *		A delivery_outbox relay in C with libpq.
+ *
+ * Copy this file and replace deliver() with the code that pushes a row to
+ * its recipient.  The loop around it is the one README's "relay loop"
+ * describes:
+ *
+ *	 connect -> LISTEN -> ack what was pushed before a lost connection ->
+ *	 drain -> wait for a notification (or a timeout) -> drain -> ...
+ *
+ *	 drain:  rows = outbox_claim(BATCH); deliver() each row;
+ *			 outbox_release(failed ids); outbox_ack(pushed ids);
+ *			 until a claim comes back empty.
+ *
+ * - LISTEN comes before the first drain, on every (re)connect: a row
+ *	 committed before LISTEN is found by the drain, one committed after it is
+ *	 notified.
+ * - Notifications are wake-ups only (the payload is a row id); the relay
+ *	 claims by state, so a notification missed while disconnected costs
+ *	 nothing.
+ * - Ack after the push, never before.  Ids pushed but not acked when the
+ *	 connection broke are acked first thing after reconnecting (a late ack is
+ *	 still proof of delivery).
+ * - A failed push gives its row back with outbox_release() (notified again,
+ *	 retried after RETRY_DELAY_MS).
+ * - Rows claimed by a relay that died stay 'delivered'; every SWEEP_EVERY
+ *	 seconds the relay runs outbox_reclaim(RECLAIM_AFTER seconds) to put them
+ *	 back to pending.  Several relays sweeping is harmless.
+ * - Connection loss: reconnect with exponential backoff (BACKOFF_MIN_MS,
+ *	 doubling up to BACKOFF_MAX_MS, with jitter).
+ * - SIGTERM/SIGINT: finish the row being pushed, give the unpushed rows of
+ *	 the batch back, ack what was pushed, close, exit 0.
+ *
+ * Connection: the libpq environment (PGHOST, PGPORT, PGDATABASE, PGUSER,
+ * PGPASSWORD or ~/.pgpass, PGAPPNAME, PGOPTIONS ...).  Settings
+ * (environment), as in the Python and Node.js relays:
+ *	 OUTBOX_CHANNEL (delivery_outbox)  BATCH (100)  WAIT_MS (5000)
+ *	 SWEEP_EVERY (30 s, 0 = never)	   RECLAIM_AFTER (60 s)
+ *	 RETRY_DELAY_MS (1000)			   BACKOFF_MIN_MS (100) BACKOFF_MAX_MS (30000)
+ *	 FAIL_EVERY (test hook: every Nth push fails; 0 = never)
+ *	 PUSH_DELAY_MS (test hook: each push takes this long)
+ *
+ * Each successful push prints "recipient id" on stdout; the log goes to
+ * stderr.
+ *
+ * Build and run:  make -C examples/c && PGDATABASE=shop examples/c/relay
+ *
+ * IDENTIFICATION
+ *		examples/c/relay.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <libpq-fe.h>
+
+/* One claimed row, as deliver() sees it. */
+typedef struct OutboxRow
+{
+	long long	id;
+	const char *recipient;
+	const char *kind;
+	const char *tenant_id;		/* NULL for global rows */
+	const unsigned char *payload;
+	size_t		payload_len;
+	int			delivery_attempts;	/* 1 on the first push */
+} OutboxRow;
+
+/* A growable list of row ids. */
+typedef struct IdList
+{
+	long long  *ids;
+	int			n;
+	int			cap;
+} IdList;
+
+/* settings */
+static const char *channel;
+static int	batch_size;
+static int	wait_ms;
+static int	sweep_every;
+static int	reclaim_after;
+static int	retry_delay_ms;
+static int	backoff_min_ms;
+static int	backoff_max_ms;
+static int	fail_every;
+static int	push_delay_ms;
+
+/* state */
+static volatile sig_atomic_t stopping = 0;
+static int	wake_pipe[2] = {-1, -1};
+static IdList unacked;			/* pushed, ack not yet confirmed */
+static double next_sweep = 0;
+static long cnt_pushed, cnt_acked, cnt_released, cnt_failed, cnt_connects,
+			cnt_reclaimed;
+
+static void
+logmsg(const char *fmt,...)
+{
+	va_list		ap;
+
+	fputs("relay: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+/* The first line of a libpq error message, for a one-line log entry. */
+static const char *
+first_line(const char *msg)
+{
+	static char line[512];
+	size_t		len = strcspn(msg, "\n");
+
+	if (len >= sizeof(line))
+		len = sizeof(line) - 1;
+	memcpy(line, msg, len);
+	line[len] = '\0';
+	return line;
+}
+
+static int
+env_int(const char *name, int dflt)
+{
+	const char *v = getenv(name);
+
+	return (v && *v) ? atoi(v) : dflt;
+}
+
+static double
+now_sec(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Sleep up to ms milliseconds; a signal ends it early. */
+static void
+sleep_ms(int ms)
+{
+	struct pollfd pfd = {.fd = wake_pipe[0],.events = POLLIN};
+	char		buf[64];
+
+	if (stopping || ms <= 0)
+		return;
+	if (poll(&pfd, 1, ms) > 0)
+	{
+		while (read(wake_pipe[0], buf, sizeof(buf)) > 0)
+			;
+	}
+}
+
+static void
+on_signal(int signo)
+{
+	int			save_errno = errno;
+
+	(void) signo;
+	stopping = 1;
+	/* wake up poll(); the pipe is non-blocking, a full pipe is fine */
+	if (write(wake_pipe[1], "x", 1) < 0)
+	{
+		/* nothing to do */
+	}
+	errno = save_errno;
+}
+
+static void
+idlist_add(IdList *l, long long id)
+{
+	if (l->n == l->cap)
+	{
+		l->cap = l->cap ? l->cap * 2 : 64;
+		l->ids = realloc(l->ids, l->cap * sizeof(long long));
+		if (l->ids == NULL)
+		{
+			logmsg("out of memory");
+			exit(1);
+		}
+	}
+	l->ids[l->n++] = id;
+}
+
+/* The ids as a PostgreSQL array literal, "{1,2,3}"; malloc'd. */
+static char *
+idlist_literal(const IdList *l)
+{
+	size_t		size = 3 + (size_t) l->n * 21;
+	char	   *s = malloc(size);
+	size_t		len = 0;
+
+	if (s == NULL)
+	{
+		logmsg("out of memory");
+		exit(1);
+	}
+	s[len++] = '{';
+	for (int i = 0; i < l->n; i++)
+		len += snprintf(s + len, size - len, "%s%lld", i ? "," : "", l->ids[i]);
+	s[len++] = '}';
+	s[len] = '\0';
+	return s;
+}
+
+/* ---- the push: replace this ------------------------------------------- */
+
+/*
+ * Push one claimed row to row->recipient.  Return 0 on success, -1 to have
+ * the row released.  Recipients dedupe by id: delivery is at-least-once.
+ */
+static int
+deliver(const OutboxRow *row)
+{
+	static long pushes = 0;
+
+	pushes++;
+	if (push_delay_ms > 0)
+	{
+		struct timespec ts = {push_delay_ms / 1000, (push_delay_ms % 1000) * 1000000L};
+
+		nanosleep(&ts, NULL);
+	}
+	if (fail_every > 0 && pushes % fail_every == 0)
+	{
+		logmsg("push failed: id %lld to %s: injected failure (push %ld)",
+			   row->id, row->recipient, pushes);
+		return -1;
+	}
+	printf("%s %lld\n", row->recipient, row->id);
+	fflush(stdout);
+	return 0;
+}
+
+/* ---- the relay loop ----------------------------------------------------- */
+
+/*
+ * Run a statement that returns one integer.  Returns 0 and sets *out, or -1
+ * (the connection is then treated as lost).
+ */
+static int
+exec_count(PGconn *conn, const char *sql, const char *param, long *out)
+{
+	PGresult   *res;
+	const char *params[1] = {param};
+	int			rc = -1;
+
+	res = PQexecParams(conn, sql, param ? 1 : 0, NULL, params, NULL, NULL, 0);
+	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+	{
+		*out = atol(PQgetvalue(res, 0, 0));
+		rc = 0;
+	}
+	else
+		logmsg("connection lost: %s", first_line(PQerrorMessage(conn)));
+	PQclear(res);
+	return rc;
+}
+
+static int
+ack_pushed(PGconn *conn)
+{
+	char	   *lit;
+	long		n;
+	int			rc;
+
+	if (unacked.n == 0)
+		return 0;
+	lit = idlist_literal(&unacked);
+	rc = exec_count(conn, "SELECT outbox_ack($1::bigint[])", lit, &n);
+	free(lit);
+	if (rc == 0)
+	{
+		cnt_acked += n;
+		unacked.n = 0;
+	}
+	return rc;
+}
+
+/* Server notices and asynchronous errors go to the log, one line each. */
+static void
+log_notice(void *arg, const char *message)
+{
+	(void) arg;
+	logmsg("server: %s", first_line(message));
+}
+
+static PGconn *
+relay_connect(void)
+{
+	/* Everything else comes from the PG* environment. */
+	const char *const keys[] = {"fallback_application_name", NULL};
+	const char *const vals[] = {"delivery_outbox-relay-c", NULL};
+	PGconn	   *conn = PQconnectdbParams(keys, vals, 0);
+	PGresult   *res;
+	char	   *ident,
+			   *sql;
+
+	if (PQstatus(conn) != CONNECTION_OK)
+	{
+		logmsg("connection lost: %s", first_line(PQerrorMessage(conn)));
+		PQfinish(conn);
+		return NULL;
+	}
+	PQsetNoticeProcessor(conn, log_notice, NULL);
+	ident = PQescapeIdentifier(conn, channel, strlen(channel));
+	sql = malloc(strlen(ident) + 8);
+	if (ident == NULL || sql == NULL)
+	{
+		logmsg("out of memory");
+		exit(1);
+	}
+	sprintf(sql, "LISTEN %s", ident);
+	res = PQexec(conn, sql);
+	free(sql);
+	PQfreemem(ident);
+	if (PQresultStatus(res) != PGRES_COMMAND_OK)
+	{
+		logmsg("connection lost: %s", first_line(PQerrorMessage(conn)));
+		PQclear(res);
+		PQfinish(conn);
+		return NULL;
+	}
+	PQclear(res);
+	return conn;
+}
+
+/* Claim, push, release failures, ack; until nothing is pending. */
+static int
+drain(PGconn *conn)
+{
+	char		batch_text[16];
+	const char *params[1] = {batch_text};
+
+	snprintf(batch_text, sizeof(batch_text), "%d", batch_size);
+	while (!stopping)
+	{
+		PGresult   *res;
+		IdList		give_back = {0};
+		int			nrows;
+		int			rc = 0;
+
+		res = PQexecParams(conn,
+						   "SELECT id, recipient, kind, tenant_id, payload,"
+						   "       delivery_attempts"
+						   "  FROM outbox_claim($1)",
+						   1, NULL, params, NULL, NULL, 0);
+		if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		{
+			logmsg("connection lost: %s", first_line(PQerrorMessage(conn)));
+			PQclear(res);
+			return -1;
+		}
+		nrows = PQntuples(res);
+		if (nrows == 0)
+		{
+			PQclear(res);
+			return 0;
+		}
+		for (int i = 0; i < nrows; i++)
+		{
+			OutboxRow	row;
+			unsigned char *payload;
+			size_t		len;
+
+			row.id = atoll(PQgetvalue(res, i, 0));
+			if (stopping)
+			{
+				/* shutting down: not pushed, give it back */
+				idlist_add(&give_back, row.id);
+				continue;
+			}
+			row.recipient = PQgetvalue(res, i, 1);
+			row.kind = PQgetvalue(res, i, 2);
+			row.tenant_id = PQgetisnull(res, i, 3) ? NULL : PQgetvalue(res, i, 3);
+			payload = PQunescapeBytea((const unsigned char *) PQgetvalue(res, i, 4), &len);
+			row.payload = payload;
+			row.payload_len = len;
+			row.delivery_attempts = atoi(PQgetvalue(res, i, 5));
+			if (deliver(&row) == 0)
+			{
+				cnt_pushed++;
+				idlist_add(&unacked, row.id);
+			}
+			else
+			{
+				cnt_failed++;
+				idlist_add(&give_back, row.id);
+			}
+			PQfreemem(payload);
+		}
+		PQclear(res);
+
+		if (give_back.n > 0)
+		{
+			char	   *lit = idlist_literal(&give_back);
+			long		n;
+
+			rc = exec_count(conn, "SELECT outbox_release($1::bigint[])", lit, &n);
+			free(lit);
+			if (rc == 0)
+				cnt_released += n;
+		}
+		if (rc == 0)
+			rc = ack_pushed(conn);
+		free(give_back.ids);
+		if (rc != 0)
+			return -1;
+		if (give_back.n > 0)
+			sleep_ms(retry_delay_ms);
+	}
+	return 0;
+}
+
+static int
+sweep(PGconn *conn)
+{
+	char		secs[16];
+	long		n;
+
+	if (sweep_every <= 0 || now_sec() < next_sweep)
+		return 0;
+	next_sweep = now_sec() + sweep_every;
+	snprintf(secs, sizeof(secs), "%d", reclaim_after);
+	if (exec_count(conn,
+				   "SELECT outbox_reclaim(make_interval(secs => $1::float8))",
+				   secs, &n) != 0)
+		return -1;
+	if (n > 0)
+	{
+		cnt_reclaimed += n;
+		logmsg("sweep: %ld rows delivered more than %d s ago and never acked are pending again",
+			   n, reclaim_after);
+	}
+	return 0;
+}
+
+/*
+ * Sleep until a notification, a signal, the next sweep or WAIT_MS.  Returns
+ * -1 when the connection is gone.  Notifications that arrived during a
+ * query are already queued in libpq: then do not sleep at all.
+ */
+static int
+wait_for_work(PGconn *conn)
+{
+	struct pollfd pfd[2];
+	PGnotify   *n;
+	int			woken = 0;
+	int			timeout = wait_ms;
+	char		buf[64];
+
+	while ((n = PQnotifies(conn)) != NULL)
+	{
+		PQfreemem(n);
+		woken = 1;
+	}
+	if (woken)
+		return 0;
+	if (sweep_every > 0)
+	{
+		int			until_sweep = (int) ((next_sweep - now_sec()) * 1000);
+
+		if (until_sweep < timeout)
+			timeout = until_sweep < 0 ? 0 : until_sweep;
+	}
+	pfd[0].fd = PQsocket(conn);
+	pfd[0].events = POLLIN;
+	pfd[1].fd = wake_pipe[0];
+	pfd[1].events = POLLIN;
+	if (poll(pfd, 2, timeout) < 0)
+		return errno == EINTR ? 0 : -1;
+	if (pfd[1].revents & POLLIN)
+		while (read(wake_pipe[0], buf, sizeof(buf)) > 0)
+			;
+	if (pfd[0].revents)
+	{
+		/* The payloads (row ids) are not needed: we drain by state. */
+		if (!PQconsumeInput(conn))
+		{
+			logmsg("connection lost: %s", first_line(PQerrorMessage(conn)));
+			return -1;
+		}
+		while ((n = PQnotifies(conn)) != NULL)
+			PQfreemem(n);
+	}
+	if (PQstatus(conn) != CONNECTION_OK)
+	{
+		logmsg("connection lost");
+		return -1;
+	}
+	return 0;
+}
+
+static int
+serve(PGconn *conn)
+{
+	if (unacked.n > 0)
+	{
+		int			n = unacked.n;
+
+		if (ack_pushed(conn) != 0)
+			return -1;
+		logmsg("acked %d rows pushed before the connection was lost", n);
+	}
+	if (drain(conn) != 0)
+		return -1;
+	while (!stopping)
+	{
+		if (wait_for_work(conn) != 0 || sweep(conn) != 0 || drain(conn) != 0)
+			return -1;
+	}
+	return 0;
+}
+
+int
+main(void)
+{
+	struct sigaction sa;
+	int			backoff;
+
+	channel = getenv("OUTBOX_CHANNEL");
+	if (channel == NULL || *channel == '\0')
+		channel = "delivery_outbox";
+	batch_size = env_int("BATCH", 100);
+	wait_ms = env_int("WAIT_MS", 5000);
+	sweep_every = env_int("SWEEP_EVERY", 30);
+	reclaim_after = env_int("RECLAIM_AFTER", 60);
+	retry_delay_ms = env_int("RETRY_DELAY_MS", 1000);
+	backoff_min_ms = env_int("BACKOFF_MIN_MS", 100);
+	backoff_max_ms = env_int("BACKOFF_MAX_MS", 30000);
+	fail_every = env_int("FAIL_EVERY", 0);
+	push_delay_ms = env_int("PUSH_DELAY_MS", 0);
+
+	if (pipe(wake_pipe) != 0)
+	{
+		perror("pipe");
+		return 1;
+	}
+	for (int i = 0; i < 2; i++)
+		fcntl(wake_pipe[i], F_SETFL, fcntl(wake_pipe[i], F_GETFL) | O_NONBLOCK);
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	srand((unsigned) time(NULL) ^ (unsigned) getpid());
+
+	backoff = backoff_min_ms;
+	while (!stopping)
+	{
+		PGconn	   *conn = relay_connect();
+
+		if (conn != NULL)
+		{
+			cnt_connects++;
+			logmsg("connected (backend pid %d), listening on %s",
+				   PQbackendPID(conn), channel);
+			backoff = backoff_min_ms;
+			serve(conn);
+			PQfinish(conn);
+		}
+		if (!stopping)
+		{
+			int			delay = backoff / 2 + rand() % (backoff / 2 + 1);
+
+			logmsg("reconnecting in %d ms", delay);
+			sleep_ms(delay);
+			backoff = backoff * 2 > backoff_max_ms ? backoff_max_ms : backoff * 2;
+		}
+	}
+	if (unacked.n > 0)
+		logmsg("%d pushed rows could not be acked; the sweep (outbox_reclaim) will redeliver them",
+			   unacked.n);
+	logmsg("stopped: pushed %ld, acked %ld, released %ld, failed %ld, connects %ld, reclaimed %ld",
+		   cnt_pushed, cnt_acked, cnt_released, cnt_failed, cnt_connects,
+		   cnt_reclaimed);
+	free(unacked.ids);
+	return 0;
+}

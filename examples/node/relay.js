@@ -1,0 +1,265 @@
+#!/usr/bin/env node
+// examples/node/relay.js -- a delivery_outbox relay in Node.js (pg).
+//
+// Copy this file and replace deliver() with the code that pushes a row to its
+// recipient (an HTTP call, a websocket frame, a queue publish ...).  The loop
+// around it is the one README's "relay loop" describes:
+//
+//   connect -> LISTEN -> ack what was pushed before a lost connection ->
+//   drain -> wait for a notification (or a timeout) -> drain -> ...
+//
+//   drain:  rows = outbox_claim(BATCH); deliver() each row;
+//           outbox_release(failed ids); outbox_ack(pushed ids);
+//           until a claim comes back empty.
+//
+// - LISTEN comes before the first drain, on every (re)connect: a row
+//   committed before LISTEN is found by the drain, one committed after it is
+//   notified.
+// - Notifications are wake-ups only (the payload is a row id); the relay
+//   claims by state, so a missed notification (while disconnected) costs
+//   nothing.
+// - Ack after the push, never before.  Ids pushed but not acked when the
+//   connection broke are acked first thing after reconnecting (a late ack is
+//   still proof of delivery).
+// - A failed push gives its row back with outbox_release() (notified again,
+//   retried after RETRY_DELAY_MS).
+// - Rows claimed by a relay that died stay 'delivered'; every SWEEP_EVERY
+//   seconds the relay runs outbox_reclaim(RECLAIM_AFTER seconds) to put them
+//   back to pending.  Several relays sweeping is harmless.
+// - Connection loss: reconnect with exponential backoff (BACKOFF_MIN_MS,
+//   doubling up to BACKOFF_MAX_MS, with jitter).
+// - SIGTERM/SIGINT: finish the row being pushed, give the unpushed rows of
+//   the batch back, ack what was pushed, close, exit 0.
+//
+// Connection: the libpq-style environment pg reads (PGHOST, PGPORT,
+// PGDATABASE, PGUSER, PGPASSWORD or ~/.pgpass, PGAPPNAME, PGOPTIONS ...).
+// Settings (environment), as in the Python and C relays:
+//   OUTBOX_CHANNEL (delivery_outbox)  BATCH (100)  WAIT_MS (5000)
+//   SWEEP_EVERY (30 s, 0 = never)     RECLAIM_AFTER (60 s)
+//   RETRY_DELAY_MS (1000)             BACKOFF_MIN_MS (100) BACKOFF_MAX_MS (30000)
+//   FAIL_EVERY (test hook: every Nth push fails; 0 = never)
+//   PUSH_DELAY_MS (test hook: each push takes this long)
+//
+// Each successful push prints "recipient id" on stdout; the log goes to
+// stderr.
+//
+// Run:  cd examples/node && npm ci && PGDATABASE=shop node relay.js
+
+'use strict';
+
+const { Client } = require('pg');
+
+function envInt(name, dflt) {
+  const v = (process.env[name] || '').trim();
+  return v === '' ? dflt : parseInt(v, 10);
+}
+
+const CHANNEL = process.env.OUTBOX_CHANNEL || 'delivery_outbox';
+const BATCH = envInt('BATCH', 100);
+const WAIT_MS = envInt('WAIT_MS', 5000);
+const SWEEP_EVERY = envInt('SWEEP_EVERY', 30);
+const RECLAIM_AFTER = envInt('RECLAIM_AFTER', 60);
+const RETRY_DELAY_MS = envInt('RETRY_DELAY_MS', 1000);
+const BACKOFF_MIN_MS = envInt('BACKOFF_MIN_MS', 100);
+const BACKOFF_MAX_MS = envInt('BACKOFF_MAX_MS', 30000);
+const FAIL_EVERY = envInt('FAIL_EVERY', 0);
+const PUSH_DELAY_MS = envInt('PUSH_DELAY_MS', 0);
+
+function log(msg) {
+  process.stderr.write(`relay: ${msg}\n`);
+}
+
+// --- the push: replace this --------------------------------------------------
+
+let pushes = 0;
+
+// Push one claimed row to row.recipient; throw (or reject) to have it
+// released.  row has the outbox columns: id (a string: bigint), recipient,
+// kind, tenant_id, payload (a Buffer), delivery_attempts (1 on the first
+// push).  Recipients dedupe by row.id: delivery is at-least-once.
+async function deliver(row) {
+  pushes += 1;
+  if (PUSH_DELAY_MS > 0) await sleepMs(PUSH_DELAY_MS);
+  if (FAIL_EVERY > 0 && pushes % FAIL_EVERY === 0) {
+    throw new Error(`injected failure (push ${pushes})`);
+  }
+  process.stdout.write(`${row.recipient} ${row.id}\n`);
+}
+
+// --- the relay loop ----------------------------------------------------------
+
+function sleepMs(ms) {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+class Relay {
+  constructor(push) {
+    this.push = push;
+    this.stopping = false;
+    this.woken = false;       // a notification (or error) arrived
+    this.wakeup = null;       // resolves the current wait
+    this.client = null;       // the connection in use
+    this.unacked = [];        // pushed, ack not yet confirmed
+    this.nextSweep = 0;
+    this.counts = { pushed: 0, acked: 0, released: 0, failed: 0, connects: 0, reclaimed: 0 };
+    const onSignal = (sig) => {
+      if (!this.stopping) log(`${sig}: finishing the current batch, then stopping`);
+      this.stopping = true;
+      this.wake();
+    };
+    process.on('SIGTERM', onSignal);
+    process.on('SIGINT', onSignal);
+  }
+
+  wake() {
+    this.woken = true;
+    if (this.wakeup) this.wakeup();
+  }
+
+  // Sleep up to ms; return early on wake() (a notification, a lost
+  // connection, a signal).
+  sleep(ms) {
+    if (this.woken || this.stopping) return Promise.resolve();
+    return new Promise((resolve) => {
+      const timer = setTimeout(done, Math.max(ms, 0));
+      const self = this;
+      function done() {
+        clearTimeout(timer);
+        self.wakeup = null;
+        resolve();
+      }
+      this.wakeup = done;
+    });
+  }
+
+  async connect() {
+    const client = new Client({ fallback_application_name: 'delivery_outbox-relay-node' });
+    // An idle connection that dies (server restart, pg_terminate_backend)
+    // emits 'error' and 'end' rather than failing a query: remember it and
+    // wake the loop, whose next query then fails and reconnects.
+    // Events of a client we have given up on must not cut the backoff short.
+    client.broken = null;
+    const wakeIfCurrent = () => { if (client === this.client) this.wake(); };
+    client.on('error', (err) => { client.broken = err; wakeIfCurrent(); });
+    client.on('end', () => { client.broken = client.broken || new Error('connection ended'); wakeIfCurrent(); });
+    client.on('notification', wakeIfCurrent);
+    try {
+      await client.connect();
+      await client.query(`LISTEN ${client.escapeIdentifier(CHANNEL)}`);
+      this.client = client;
+    } catch (err) {
+      client.end().catch(() => {});
+      throw err;
+    }
+    return client;
+  }
+
+  async ack(client) {
+    if (this.unacked.length === 0) return;
+    const res = await client.query('SELECT outbox_ack($1::bigint[]) AS n', [this.unacked]);
+    this.counts.acked += res.rows[0].n;
+    this.unacked = [];
+  }
+
+  // Claim, push, release failures, ack; until nothing is pending.
+  async drain(client) {
+    while (!this.stopping) {
+      this.woken = false;
+      const { rows } = await client.query(
+        'SELECT id, recipient, kind, tenant_id, payload, delivery_attempts' +
+        '  FROM outbox_claim($1)', [BATCH]);
+      if (rows.length === 0) return;
+      const giveBack = [];
+      for (const row of rows) {
+        if (this.stopping) {          // shutting down: not pushed
+          giveBack.push(row.id);
+          continue;
+        }
+        try {
+          await this.push(row);
+          this.counts.pushed += 1;
+          this.unacked.push(row.id);
+        } catch (err) {
+          log(`push failed: id ${row.id} to ${row.recipient}: ${err.message}`);
+          this.counts.failed += 1;
+          giveBack.push(row.id);
+        }
+      }
+      if (giveBack.length > 0) {
+        const res = await client.query('SELECT outbox_release($1::bigint[]) AS n', [giveBack]);
+        this.counts.released += res.rows[0].n;
+      }
+      await this.ack(client);
+      if (giveBack.length > 0 && !this.stopping) {
+        await sleepMs(RETRY_DELAY_MS);
+      }
+    }
+  }
+
+  async sweep(client) {
+    if (SWEEP_EVERY <= 0 || Date.now() < this.nextSweep) return;
+    this.nextSweep = Date.now() + SWEEP_EVERY * 1000;
+    const res = await client.query(
+      'SELECT outbox_reclaim(make_interval(secs => $1::float8)) AS n', [RECLAIM_AFTER]);
+    const n = res.rows[0].n;
+    if (n > 0) {
+      this.counts.reclaimed += n;
+      log(`sweep: ${n} rows delivered more than ${RECLAIM_AFTER} s ago and never acked are pending again`);
+    }
+  }
+
+  async serve(client) {
+    if (this.unacked.length > 0) {
+      const n = this.unacked.length;
+      await this.ack(client);
+      log(`acked ${n} rows pushed before the connection was lost`);
+    }
+    await this.drain(client);
+    while (!this.stopping) {
+      let timeout = WAIT_MS;
+      if (SWEEP_EVERY > 0) timeout = Math.min(timeout, this.nextSweep - Date.now());
+      await this.sleep(timeout);
+      if (client.broken) throw client.broken;
+      await this.sweep(client);
+      await this.drain(client);
+    }
+  }
+
+  async run() {
+    let backoff = BACKOFF_MIN_MS;
+    while (!this.stopping) {
+      let client = null;
+      try {
+        client = await this.connect();
+        this.counts.connects += 1;
+        log(`connected (backend pid ${client.processID}), listening on ${CHANNEL}`);
+        backoff = BACKOFF_MIN_MS;
+        await this.serve(client);
+      } catch (caught) {
+        // A query on a dead connection fails with a generic message; the
+        // 'error' event had the server's reason.
+        const err = (client && client.broken) || caught;
+        const msg = (err && err.message ? err.message : String(err)).split('\n')[0];
+        log(`connection lost: ${msg}`);
+      } finally {
+        this.client = null;
+        if (client) await client.end().catch(() => {});
+      }
+      if (this.stopping) break;
+      const delay = backoff / 2 + Math.random() * (backoff / 2);
+      log(`reconnecting in ${Math.round(delay)} ms`);
+      this.woken = false;
+      await this.sleep(delay);
+      backoff = Math.min(backoff * 2, BACKOFF_MAX_MS);
+    }
+    if (this.unacked.length > 0) {
+      log(`${this.unacked.length} pushed rows could not be acked; the sweep (outbox_reclaim) will redeliver them`);
+    }
+    log('stopped: ' + Object.entries(this.counts).map(([k, v]) => `${k} ${v}`).join(', '));
+    return 0;
+  }
+}
+
+new Relay(deliver).run().then(
+  (code) => { process.exitCode = code; },
+  (err) => { log(`fatal: ${err.stack || err}`); process.exitCode = 1; });

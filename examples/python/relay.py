@@ -1,0 +1,268 @@
+#!/usr/bin/python3
+"""examples/python/relay.py -- a delivery_outbox relay in Python (psycopg 3).
+
+Copy this file and replace deliver() with the code that pushes a row to its
+recipient (an HTTP call, a websocket frame, a queue publish ...).  The loop
+around it is the one README's "relay loop" describes:
+
+  connect -> LISTEN -> ack what was pushed before a lost connection ->
+  drain -> wait for a notification (or a timeout) -> drain -> ...
+
+  drain:  rows = outbox_claim(BATCH); deliver() each row;
+          outbox_release(failed ids); outbox_ack(pushed ids);
+          until a claim comes back empty.
+
+- LISTEN comes before the first drain, on every (re)connect: a row committed
+  before LISTEN is found by the drain, one committed after it is notified.
+- Notifications are wake-ups only (the payload is a row id); the relay claims
+  by state, so a missed notification (while disconnected) costs nothing.
+- Ack after the push, never before.  Ids pushed but not acked when the
+  connection broke are acked first thing after reconnecting (a late ack is
+  still proof of delivery), so a broken connection does not cause
+  redeliveries by itself.
+- A failed push gives its row back with outbox_release() (the row is
+  notified again and retried after RETRY_DELAY_MS).
+- Rows claimed by a relay that died stay 'delivered'; every SWEEP_EVERY
+  seconds the relay runs outbox_reclaim(RECLAIM_AFTER seconds) to put them
+  back to pending.  Several relays sweeping is harmless.
+- Connection loss: reconnect with exponential backoff (BACKOFF_MIN_MS,
+  doubling up to BACKOFF_MAX_MS, with jitter).
+- SIGTERM/SIGINT: finish the row being pushed, give the unpushed rows of the
+  batch back, ack what was pushed, close, exit 0.
+
+Connection: the libpq environment (PGHOST, PGPORT, PGDATABASE, PGUSER,
+PGPASSWORD or ~/.pgpass, PGAPPNAME, PGOPTIONS ...).  Settings (environment):
+
+  OUTBOX_CHANNEL   channel to LISTEN on       default delivery_outbox
+  BATCH            rows per claim             default 100
+  WAIT_MS          longest sleep without a notification (safety net)
+                                              default 5000
+  SWEEP_EVERY      seconds between sweeps, 0 = never      default 30
+  RECLAIM_AFTER    seconds a row may stay delivered unacked  default 60
+  RETRY_DELAY_MS   pause after a failed push  default 1000
+  BACKOFF_MIN_MS / BACKOFF_MAX_MS             default 100 / 30000
+  FAIL_EVERY       test hook: every Nth push fails        default 0 (never)
+  PUSH_DELAY_MS    test hook: each push takes this long   default 0
+
+Each successful push prints "recipient id" on stdout; the log goes to stderr.
+
+Run:  PGDATABASE=shop /usr/bin/python3 examples/python/relay.py
+Needs Debian's python3-psycopg (psycopg 3.1 or later).
+"""
+
+import os
+import random
+import select
+import signal
+import sys
+import time
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import namedtuple_row
+
+
+def env_int(name, default):
+    value = os.environ.get(name, "")
+    return int(value) if value.strip() else default
+
+
+CHANNEL = os.environ.get("OUTBOX_CHANNEL") or "delivery_outbox"
+BATCH = env_int("BATCH", 100)
+WAIT_MS = env_int("WAIT_MS", 5000)
+SWEEP_EVERY = env_int("SWEEP_EVERY", 30)
+RECLAIM_AFTER = env_int("RECLAIM_AFTER", 60)
+RETRY_DELAY_MS = env_int("RETRY_DELAY_MS", 1000)
+BACKOFF_MIN_MS = env_int("BACKOFF_MIN_MS", 100)
+BACKOFF_MAX_MS = env_int("BACKOFF_MAX_MS", 30000)
+FAIL_EVERY = env_int("FAIL_EVERY", 0)
+PUSH_DELAY_MS = env_int("PUSH_DELAY_MS", 0)
+
+
+def log(msg):
+    print(f"relay: {msg}", file=sys.stderr, flush=True)
+
+
+# --- the push: replace this -------------------------------------------------
+
+class PushFailed(Exception):
+    pass
+
+
+_pushes = 0
+
+
+def deliver(row):
+    """Push one claimed row to row.recipient; raise to have it released.
+
+    row has the outbox columns: id, recipient, kind, tenant_id, payload
+    (bytes), delivery_attempts (1 on the first push).  Recipients dedupe by
+    row.id: delivery is at-least-once.
+    """
+    global _pushes
+    _pushes += 1
+    if PUSH_DELAY_MS:
+        time.sleep(PUSH_DELAY_MS / 1000.0)
+    if FAIL_EVERY and _pushes % FAIL_EVERY == 0:
+        raise PushFailed(f"injected failure (push {_pushes})")
+    print(f"{row.recipient} {row.id}", flush=True)
+
+
+# --- the relay loop ---------------------------------------------------------
+
+class Relay:
+    def __init__(self, push):
+        self.push = push
+        self.stopping = False
+        self.woken = False          # a notification arrived during a query
+        self.unacked = []           # pushed, ack not yet confirmed
+        self.next_sweep = 0.0
+        self.counts = dict(pushed=0, acked=0, released=0, failed=0,
+                           connects=0, reclaimed=0)
+        # SIGTERM/SIGINT set a flag and, through the wake-up fd, end any
+        # select() at once.
+        self.wake_r, wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGTERM, self.on_signal)
+        signal.signal(signal.SIGINT, self.on_signal)
+
+    def on_signal(self, signum, _frame):
+        if not self.stopping:
+            log(f"{signal.Signals(signum).name}: finishing the current batch, then stopping")
+        self.stopping = True
+
+    def sleep(self, seconds, conn=None):
+        """Sleep up to seconds; return early on a signal, or (with conn) on
+        input from the server.  True if the server sent something."""
+        fds = [self.wake_r] + ([conn.fileno()] if conn is not None else [])
+        ready, _, _ = select.select(fds, [], [], max(seconds, 0))
+        if self.wake_r in ready:
+            try:
+                os.read(self.wake_r, 512)
+            except BlockingIOError:
+                pass
+        return conn is not None and conn.fileno() in ready
+
+    def connect(self):
+        # "" = everything from the PG* environment.
+        conn = psycopg.connect(
+            "fallback_application_name=delivery_outbox-relay-python",
+            autocommit=True, row_factory=namedtuple_row)
+        conn.add_notify_handler(self.on_notify)
+        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
+        return conn
+
+    def on_notify(self, _notify):
+        self.woken = True
+
+    def ack(self, conn):
+        if self.unacked:
+            n = conn.execute("SELECT outbox_ack(%s::bigint[]) AS n",
+                             (self.unacked,)).fetchone().n
+            self.counts["acked"] += n
+            self.unacked = []
+
+    def drain(self, conn):
+        """Claim, push, release failures, ack; until nothing is pending."""
+        while not self.stopping:
+            self.woken = False
+            rows = conn.execute(
+                "SELECT id, recipient, kind, tenant_id, payload,"
+                "       delivery_attempts"
+                "  FROM outbox_claim(%s)", (BATCH,)).fetchall()
+            if not rows:
+                return
+            give_back = []
+            for row in rows:
+                if self.stopping:          # shutting down: not pushed
+                    give_back.append(row.id)
+                    continue
+                try:
+                    self.push(row)
+                except Exception as e:     # noqa: BLE001 -- any push error
+                    log(f"push failed: id {row.id} to {row.recipient}: {e}")
+                    self.counts["failed"] += 1
+                    give_back.append(row.id)
+                else:
+                    self.counts["pushed"] += 1
+                    self.unacked.append(row.id)
+            if give_back:
+                n = conn.execute("SELECT outbox_release(%s::bigint[]) AS n",
+                                 (give_back,)).fetchone().n
+                self.counts["released"] += n
+            self.ack(conn)
+            if give_back and not self.stopping:
+                self.sleep(RETRY_DELAY_MS / 1000.0)
+
+    def sweep(self, conn):
+        if SWEEP_EVERY <= 0 or time.monotonic() < self.next_sweep:
+            return
+        self.next_sweep = time.monotonic() + SWEEP_EVERY
+        n = conn.execute("SELECT outbox_reclaim(make_interval(secs => %s::float8)) AS n",
+                         (RECLAIM_AFTER,)).fetchone().n
+        if n:
+            self.counts["reclaimed"] += n
+            log(f"sweep: {n} rows delivered more than {RECLAIM_AFTER} s ago "
+                f"and never acked are pending again")
+
+    def wait(self, conn):
+        """Sleep until a notification, a signal, the next sweep or WAIT_MS."""
+        if self.woken:
+            return
+        timeout = WAIT_MS / 1000.0
+        if SWEEP_EVERY > 0:
+            timeout = min(timeout, self.next_sweep - time.monotonic())
+        if self.sleep(timeout, conn):
+            # Read what arrived; raises OperationalError if the connection
+            # is gone.  The payloads (row ids) are not needed: we drain.
+            conn.pgconn.consume_input()
+            while conn.pgconn.notifies() is not None:
+                pass
+            if conn.broken or conn.pgconn.status != psycopg.pq.ConnStatus.OK:
+                raise psycopg.OperationalError("connection lost")
+
+    def serve(self, conn):
+        if self.unacked:
+            n = len(self.unacked)
+            self.ack(conn)
+            log(f"acked {n} rows pushed before the connection was lost")
+        self.drain(conn)
+        while not self.stopping:
+            self.wait(conn)
+            self.sweep(conn)
+            self.drain(conn)
+
+    def run(self):
+        backoff = BACKOFF_MIN_MS
+        while not self.stopping:
+            conn = None
+            try:
+                conn = self.connect()
+                self.counts["connects"] += 1
+                log(f"connected (backend pid {conn.info.backend_pid}), "
+                    f"listening on {CHANNEL}")
+                backoff = BACKOFF_MIN_MS
+                self.serve(conn)
+            except psycopg.Error as e:
+                msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                log(f"connection lost: {msg}")
+            finally:
+                if conn is not None:
+                    conn.close()
+            if self.stopping:
+                break
+            delay = random.uniform(backoff / 2, backoff)
+            log(f"reconnecting in {delay:.0f} ms")
+            self.sleep(delay / 1000.0)
+            backoff = min(backoff * 2, BACKOFF_MAX_MS)
+        if self.unacked:
+            log(f"{len(self.unacked)} pushed rows could not be acked; the "
+                f"sweep (outbox_reclaim) will redeliver them")
+        log("stopped: " + ", ".join(f"{k} {v}" for k, v in self.counts.items()))
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(Relay(deliver).run())
