@@ -12,16 +12,17 @@
  * Connection parameters come from the environment (PGHOST, PGPORT,
  * PGDATABASE, PGUSER), as for psql.
  *
- * relay listen CHANNEL EXPECT_FILE
- *		LISTENs on CHANNEL, prints "ready PID" on stdout, and counts the
- *		notifications it receives, keeping their number, the sum and the XOR
- *		of their payloads (row ids).  On SIGTERM or SIGUSR1 it reads the
- *		number of notifications to expect from EXPECT_FILE (absent or empty:
- *		0), keeps reading until it has that many or none has arrived for
- *		IDLE_MS (at most FINISH_MS in all), then prints
- *		"notifications=N sum=S xor=X senders=P" and exits 0, P being the
- *		number of distinct backends that sent them (the producers in
- *		notify = commit mode, the background worker in deferred mode).
+ * relay listen CHANNEL TABLE IDCOL yes|no
+ *		TRUNCATEs TABLE, LISTENs on CHANNEL, prints "ready PID" on stdout, and
+ *		counts the notifications it receives, keeping their number, the sum
+ *		and the XOR of their payloads (row ids).  On SIGTERM or SIGUSR1 it
+ *		reads the number, sum and XOR of IDCOL over TABLE; with "yes" it then
+ *		keeps reading until it has as many notifications as rows, or none has
+ *		arrived for IDLE_MS (at most FINISH_MS in all).  It prints
+ *		"rows=N rows_sum=S rows_xor=X notifications=N sum=S xor=X senders=P"
+ *		and exits 0, P being the number of distinct backends that sent the
+ *		notifications (the producers in notify = commit mode, the background
+ *		worker in deferred mode).  TABLE and IDCOL are trusted (run.sh's own).
  *
  * relay relay CHANNEL
  *		The relay loop of README.md: LISTEN first, then drain
@@ -119,32 +120,36 @@ wait_socket(PGconn *conn, int timeout_ms)
 	}
 }
 
-static long
-read_expected(const char *path)
+static void
+exec_command(PGconn *conn, const char *sql)
 {
-	FILE	   *f = fopen(path, "r");
-	long		n = 0;
+	PGresult   *res = PQexec(conn, sql);
 
-	if (f == NULL)
-		return 0;
-	if (fscanf(f, "%ld", &n) != 1)
-		n = 0;
-	fclose(f);
-	return n;
+	if (PQresultStatus(res) != PGRES_COMMAND_OK)
+		die_conn(conn, sql);
+	PQclear(res);
 }
 
 static int
-run_listen(const char *channel, const char *expect_file)
+run_listen(const char *channel, const char *table, const char *idcol,
+		   int wait_for_all)
 {
-	PGconn	   *conn = connect_and_listen(channel);
+	PGconn	   *conn;
 	long		count = 0;
 	uint64_t	sum = 0;
 	uint64_t	xor = 0;
 	long		expected = -1;
 	int			pids[MAX_SENDERS];
 	int			npids = 0;
-	int64_t		last_ms = now_ms();
+	int64_t		last_ms;
 	int64_t		stop_ms = 0;
+	char		sql[512];
+	char		rows[3][32] = {"0", "0", "0"};
+
+	conn = connect_and_listen(channel);
+	snprintf(sql, sizeof(sql), "TRUNCATE %s", table);
+	exec_command(conn, sql);
+	last_ms = now_ms();
 
 	printf("ready %d\n", (int) getpid());
 	fflush(stdout);
@@ -159,7 +164,6 @@ run_listen(const char *channel, const char *expect_file)
 		while ((n = PQnotifies(conn)) != NULL)
 		{
 			uint64_t	id = strtoull(n->extra, NULL, 10);
-
 			int			i;
 
 			count++;
@@ -176,10 +180,24 @@ run_listen(const char *channel, const char *expect_file)
 		t = now_ms();
 		if (stop_requested && expected < 0)
 		{
-			expected = read_expected(expect_file);
-			stop_ms = t;
+			PGresult   *res;
+			int			i;
+
+			snprintf(sql, sizeof(sql),
+					 "SELECT pg_catalog.count(*), coalesce(pg_catalog.sum(%s), 0),"
+					 " coalesce(pg_catalog.bit_xor(%s), 0) FROM %s",
+					 idcol, idcol, table);
+			res = PQexec(conn, sql);
+			if (PQresultStatus(res) != PGRES_TUPLES_OK)
+				die_conn(conn, "counting the rows failed");
+			for (i = 0; i < 3; i++)
+				snprintf(rows[i], sizeof(rows[i]), "%s", PQgetvalue(res, 0, i));
+			expected = wait_for_all ? atol(rows[0]) : 0;
+			PQclear(res);
+			stop_ms = t = now_ms();
 			if (last_ms < stop_ms)
 				last_ms = stop_ms;
+			continue;			/* read what came in during the query */
 		}
 		if (expected >= 0 &&
 			(count >= expected || t - last_ms >= IDLE_MS ||
@@ -189,8 +207,9 @@ run_listen(const char *channel, const char *expect_file)
 		wait_socket(conn, expected >= 0 ? 100 : 1000);
 	}
 
-	printf("notifications=%ld sum=%" PRIu64 " xor=%" PRIu64 " senders=%d\n",
-		   count, sum, xor, npids);
+	printf("rows=%s rows_sum=%s rows_xor=%s notifications=%ld sum=%" PRIu64
+		   " xor=%" PRIu64 " senders=%d\n",
+		   rows[0], rows[1], rows[2], count, sum, xor, npids);
 	PQfinish(conn);
 	return 0;
 }
@@ -303,13 +322,14 @@ main(int argc, char **argv)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGUSR1, &sa, NULL);
 
-	if (argc == 4 && strcmp(argv[1], "listen") == 0)
-		return run_listen(argv[2], argv[3]);
+	if (argc == 6 && strcmp(argv[1], "listen") == 0)
+		return run_listen(argv[2], argv[3], argv[4],
+						  strcmp(argv[5], "yes") == 0);
 	if (argc == 3 && strcmp(argv[1], "relay") == 0)
 		return run_relay(argv[2]);
 
 	fprintf(stderr,
-			"usage: %s listen CHANNEL EXPECT_FILE\n"
+			"usage: %s listen CHANNEL TABLE IDCOL yes|no\n"
 			"       %s relay CHANNEL\n", argv[0], argv[0]);
 	return 2;
 }

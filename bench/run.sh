@@ -227,44 +227,43 @@ run_pgbench()
     awk '/^tps = / { print $3; exit }' "$out"
 }
 
-# Start the counting listener; sets LISTENER_PID (relay.c's own pid),
-# LISTENER_BG (the background job), LISTENER_OUT and LISTENER_EXPECT.
+# start_listener TAG TABLE IDCOL yes|no: start the counting listener, which
+# truncates TABLE first (see relay.c); sets LISTENER_PID (relay.c's own pid),
+# LISTENER_BG (the background job) and LISTENER_OUT.
 start_listener()
 {
     LISTENER_OUT=$RAW/listener.$1.out
-    LISTENER_EXPECT=$RAW/listener.$1.expect
-    rm -f "$LISTENER_EXPECT"
-    as_user_bg env PGDATABASE=bench "$OUTBOX_WORK/relay" listen "$CHANNEL" "$LISTENER_EXPECT" \
+    as_user_bg env PGDATABASE=bench "$OUTBOX_WORK/relay" listen "$CHANNEL" "$2" "$3" "$4" \
         >"$LISTENER_OUT" 2>&1
     LISTENER_BG=$OUTBOX_BG_PID
     LISTENER_PID=
     local i
-    for i in $(seq 1 100); do
+    for i in $(seq 1 400); do
         LISTENER_PID=$(awk '/^ready / { print $2; exit }' "$LISTENER_OUT")
         [ -n "$LISTENER_PID" ] && return 0
         kill -0 "$LISTENER_BG" 2>/dev/null || break
-        sleep 0.1
+        sleep 0.05
     done
     warn "the listener did not start: $(cat "$LISTENER_OUT")"
     return 1
 }
 
-# stop_listener EXPECTED: tell it how many to expect, wait for it, and set
-# LISTENER_RESULT to "count sum xor senders" ("- - - -" if it failed).
-# Not in a subshell: only this shell can wait for the background job.
+# stop_listener: make it count the rows and wait for their notifications;
+# sets LISTENER_RESULT to "rows rows_sum rows_xor count sum xor senders"
+# ("- ..." if it failed).  Not in a subshell: only this shell can wait for
+# the background job.
 stop_listener()
 {
-    LISTENER_RESULT="- - - -"
+    LISTENER_RESULT="- - - - - - -"
     [ -n "${LISTENER_PID:-}" ] || return 0
-    echo "$1" >"$LISTENER_EXPECT"
-    chmod 644 "$LISTENER_EXPECT"
     kill -USR1 "$LISTENER_PID" 2>/dev/null
     wait "$LISTENER_BG" 2>/dev/null
     LISTENER_PID=
-    LISTENER_RESULT=$(awk '/^notifications=/ {
+    LISTENER_RESULT=$(awk '/^rows=/ {
             for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
-            print v["notifications"], v["sum"], v["xor"], v["senders"]; found = 1 }
-         END { if (!found) print "- - - -" }' "$LISTENER_OUT")
+            print v["rows"], v["rows_sum"], v["rows_xor"], v["notifications"], v["sum"], v["xor"], v["senders"]
+            found = 1 }
+         END { if (!found) print "- - - - - - -" }' "$LISTENER_OUT")
 }
 
 # record FIELDS...: one line of raw results, and a progress line (the time
@@ -298,24 +297,22 @@ run_e()
         E6) script=e6_pgq.sql; table=$PGQ_TABLE; notifies=no ;;
     esac
     local tag="$w.c$c.$s.r$rep"
-    bsql bench "TRUNCATE $table" || { record E "$w" "$c" "$s" "$rep" "" "" "" "" "" "" "truncate failed"; return; }
-    local listener=yes
-    start_listener "$tag" || listener=no
-    local tps
-    tps=$(run_pgbench "$RAW/pgbench.$tag" bench "$(pgopts "$s" "$notify")" "$c" "$BENCH_T" "$script")
     local idcol=id
     [ "$w" = E6 ] && idcol=ev_id
-    local n sum xor
-    read -r n sum xor < <(bsql bench "SELECT count(*), coalesce(sum($idcol), 0), coalesce(bit_xor($idcol), 0) FROM $table" | tr '|' ' ')
-    local expect=0
-    [ "$notifies" = yes ] && expect=${n:-0}
-    local got gsum gxor senders
-    stop_listener "$expect"
-    read -r got gsum gxor senders <<<"$LISTENER_RESULT"
+    # the listener empties the table, LISTENs, and counts the rows at the end
+    if ! start_listener "$tag" "$table" "$idcol" "$notifies"; then
+        record E "$w" "$c" "$s" "$rep" "" "" no "" "" "" "" "the listener did not start"
+        return
+    fi
+    local tps
+    tps=$(run_pgbench "$RAW/pgbench.$tag" bench "$(pgopts "$s" "$notify")" "$c" "$BENCH_T" "$script")
+    local n sum xor got gsum gxor senders
+    stop_listener
+    read -r n sum xor got gsum gxor senders <<<"$LISTENER_RESULT"
     local check=- note=""
-    if [ "$listener" = yes ] && [ "$got" = - ]; then
+    if [ "$got" = - ]; then
         note="the listener failed: $(grep -m1 -v '^ready' "$LISTENER_OUT")"
-    elif [ "$notifies" = yes ] && [ "$listener" = yes ]; then
+    elif [ "$notifies" = yes ]; then
         if [ "$got" = "$n" ] && [ "$gsum" = "$sum" ] && [ "$gxor" = "$xor" ]; then
             check=ok
         else
@@ -325,7 +322,7 @@ run_e()
     [ -z "$tps" ] && note="pgbench failed: $(grep -m1 -iE 'error|abort' "$RAW/pgbench.$tag")"
     local rows=""
     [ -n "$tps" ] && rows=$(awk -v t="$tps" -v k="$rows_per_tx" 'BEGIN { printf "%.1f", t * k }')
-    record E "$w" "$c" "$s" "$rep" "$tps" "$rows" "$listener" "$n" "$got" "$check" "$senders" "$note"
+    record E "$w" "$c" "$s" "$rep" "$tps" "$rows" yes "$n" "$got" "$check" "$senders" "$note"
 }
 
 # C1 tables: bench_big (C1_ACKED acked rows, then C1_PENDING pending rows)
@@ -372,7 +369,20 @@ c1_topup()
 
 c1_pending() { bsql "$1" "SELECT count(*) FROM delivery_outbox WHERE delivery_state = 'pending'"; }
 
-# run_c1 TABLE(big|empty) MODE(all|recipient) CLIENTS SYNC REP
+# c1_prepare: before each round's C1 runs, both tables back to their shape.
+declare -A C1_NOW=()
+c1_prepare()
+{
+    local db
+    for db in bench_big bench_empty; do
+        C1_NOW[$db]=
+        c1_topup "$db" || warn "preparing $db failed"
+        C1_NOW[$db]=$(c1_pending "$db")
+    done
+}
+
+# run_c1 TABLE(big|empty) MODE(all|recipient) CLIENTS SYNC REP: one run on
+# the table as the previous run (or c1_prepare) left it.
 run_c1()
 {
     local which=$1 mode=$2 c=$3 s=$4 rep=$5
@@ -382,11 +392,11 @@ run_c1()
     # claims instead, for a fifth of the pending rows.
     local C1_LEN=$BENCH_T
     [ "$QUICK" = 1 ] && C1_LEN=x$(( (C1_PENDING / 50 + c - 1) / c ))
-    c1_topup "$db" || { record C "C1-$mode-$which" "$c" "$s" "$rep" "" "" "" "" "" "" "top-up failed"; return; }
-    local before after tps
-    before=$(c1_pending "$db")
+    local before=${C1_NOW[$db]:-} after tps
+    [ -n "$before" ] || before=$(c1_pending "$db")
     tps=$(run_pgbench "$RAW/pgbench.$tag" "$db" "$(pgopts "$s")" "$c" "$C1_LEN" "c1_claim_$mode.sql")
     after=$(c1_pending "$db")
+    C1_NOW[$db]=$after
     local rows=$((before - after)) rps="" per="" note="" ntx
     ntx=$(awk '/^number of transactions actually processed:/ { split($NF, a, "/"); print a[1]; exit }' "$RAW/pgbench.$tag")
     if [ -n "$tps" ] && [ -n "$ntx" ] && [ "$ntx" -gt 0 ]; then
@@ -561,6 +571,7 @@ for cell in $BENCH_CELLS; do
             run_e "$w" "$c" "$s" "$rep"
         done
         if want C1; then
+            c1_prepare
             for mode in all recipient; do
                 run_c1 big "$mode" "$c" "$s" "$rep"
                 run_c1 empty "$mode" "$c" "$s" "$rep"
