@@ -65,6 +65,7 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "tcop/utility.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
@@ -190,6 +191,18 @@ static void outbox_subxact_callback(SubXactEvent event, SubTransactionId mySubid
 static void outbox_count_state(OutboxState state, int64 delta);
 static OutboxDatabase *outbox_my_database(bool create);
 static int	outbox_int64_cmp(const void *a, const void *b);
+static void outbox_publish(OutboxDatabase *db, const int64 *deltas,
+						   bool made_pending);
+static void outbox_stash_prepared(OutboxXactLevel *level);
+static void outbox_finish_prepared(const char *gid, bool commit);
+#if PG_VERSION_NUM >= 140000
+static void outbox_process_utility(PlannedStmt *pstmt, const char *queryString,
+								   bool readOnlyTree,
+								   ProcessUtilityContext context,
+								   ParamListInfo params,
+								   QueryEnvironment *queryEnv,
+								   DestReceiver *dest, QueryCompletion *qc);
+#endif
 static Datum outbox_text_array(FunctionCallInfo fcinfo, int argno,
 							   const char *name, bool required,
 							   bool elements_required, int *nitems);
@@ -259,6 +272,13 @@ static OutboxXactLevel *outbox_xact = NULL;
 static int64 *outbox_deferred_ids = NULL;
 static int	outbox_deferred_count = 0;
 static int	outbox_deferred_space = 0;
+
+/* GID of the PREPARE TRANSACTION this transaction ends with, if any. */
+static char outbox_prepare_gid[GIDSIZE];
+
+#if PG_VERSION_NUM >= 140000
+static ProcessUtility_hook_type prev_process_utility_hook = NULL;
+#endif
 
 /* Which counter a delivered -> pending move feeds: release or reclaim. */
 static OutboxCounter outbox_requeue_counter = OUTBOX_COUNT_RECLAIMED;
@@ -341,6 +361,15 @@ _PG_init(void)
 								  (Datum) 0);
 	RegisterXactCallback(outbox_xact_callback, NULL);
 	RegisterSubXactCallback(outbox_subxact_callback, NULL);
+
+#if PG_VERSION_NUM >= 140000
+	/* counting two-phase work needs the shared memory of the preload */
+	if (process_shared_preload_libraries_in_progress)
+	{
+		prev_process_utility_hook = ProcessUtility_hook;
+		ProcessUtility_hook = outbox_process_utility;
+	}
+#endif
 }
 
 /*
@@ -1014,6 +1043,22 @@ outbox_sync_backlog(OutboxDatabase *db)
 															 2, &isnull)));
 	pg_atomic_write_u32(&db->backlog_valid, 1);
 	SPI_finish();
+
+	/*
+	 * The count saw this transaction's own changes: they must not be added
+	 * again when it commits.
+	 */
+	{
+		OutboxXactLevel *level;
+
+		for (level = outbox_xact; level != NULL; level = level->parent)
+		{
+			int			c;
+
+			for (c = OUTBOX_FIRST_GAUGE; c < OUTBOX_NUM_COUNTERS; c++)
+				level->deltas[c] = 0;
+		}
+	}
 }
 
 /*
@@ -1547,8 +1592,9 @@ outbox_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
  *
  * At commit, publish: add the counter deltas to shared memory, hand the
  * deferred wake-ups to the worker, and wake outbox_wait() sleepers.  The
- * transaction is already committed here, so nothing may fail or wait.  On
- * abort (and on PREPARE, whose wake-ups are dropped: relays drain), forget.
+ * transaction is already committed here, so nothing may fail or wait.  At
+ * PREPARE the deltas are stashed until COMMIT PREPARED (the deferred
+ * wake-ups are dropped: relays drain).  On abort, forget.
  */
 static void
 outbox_xact_callback(XactEvent event, void *arg)
@@ -1562,19 +1608,13 @@ outbox_xact_callback(XactEvent event, void *arg)
 
 		if (db != NULL)
 		{
-			int			c;
-
-			for (c = 0; c < OUTBOX_NUM_COUNTERS; c++)
-			{
-				if (level->deltas[c] != 0)
-					pg_atomic_fetch_add_u64(&db->counters[c], level->deltas[c]);
-			}
 			if (outbox_deferred_count > 0)
 				outbox_handover(db, outbox_deferred_ids, outbox_deferred_count);
-			if (level->made_pending)
-				ConditionVariableBroadcast(&db->pending_cv);
+			outbox_publish(db, level->deltas, level->made_pending);
 		}
 	}
+	else if (level != NULL && event == XACT_EVENT_PREPARE)
+		outbox_stash_prepared(level);
 
 	switch (event)
 	{
@@ -1588,11 +1628,138 @@ outbox_xact_callback(XactEvent event, void *arg)
 			outbox_deferred_ids = NULL;
 			outbox_deferred_count = 0;
 			outbox_deferred_space = 0;
+			outbox_prepare_gid[0] = '\0';
 			break;
 		default:
 			break;
 	}
 }
+
+/*
+ * outbox_publish
+ *
+ * Add committed deltas to a database's counters and wake its
+ * outbox_wait() sleepers when rows became pending.  Never fails.
+ */
+static void
+outbox_publish(OutboxDatabase *db, const int64 *deltas, bool made_pending)
+{
+	int			c;
+
+	for (c = 0; c < OUTBOX_NUM_COUNTERS; c++)
+	{
+		if (deltas[c] != 0)
+			pg_atomic_fetch_add_u64(&db->counters[c], deltas[c]);
+	}
+	if (made_pending)
+		ConditionVariableBroadcast(&db->pending_cv);
+}
+
+/*
+ * outbox_stash_prepared
+ *
+ * The transaction was prepared: keep its deltas in shared memory under its
+ * GID until COMMIT PREPARED (or ROLLBACK PREPARED) decides.  With every
+ * entry taken, the work goes uncounted (the gauges are repaired by the next
+ * count).
+ */
+static void
+outbox_stash_prepared(OutboxXactLevel *level)
+{
+	int			i;
+
+	if (outbox_shared == NULL || outbox_prepare_gid[0] == '\0')
+		return;
+
+	SpinLockAcquire(&outbox_shared->mutex);
+	for (i = 0; i < OUTBOX_MAX_PREPARED; i++)
+	{
+		OutboxPrepared *p = &outbox_shared->prepared[i];
+
+		if (OidIsValid(p->dboid))
+			continue;
+		p->dboid = MyDatabaseId;
+		strlcpy(p->gid, outbox_prepare_gid, GIDSIZE);
+		memcpy(p->deltas, level->deltas, sizeof(p->deltas));
+		p->made_pending = level->made_pending;
+		break;
+	}
+	SpinLockRelease(&outbox_shared->mutex);
+}
+
+/*
+ * outbox_finish_prepared
+ *
+ * COMMIT PREPARED (commit = true) or ROLLBACK PREPARED of gid succeeded in
+ * this database: publish or drop what was stashed for it.
+ */
+static void
+outbox_finish_prepared(const char *gid, bool commit)
+{
+	OutboxPrepared found;
+	bool		have = false;
+	int			i;
+
+	if (outbox_shared == NULL)
+		return;
+
+	SpinLockAcquire(&outbox_shared->mutex);
+	for (i = 0; i < OUTBOX_MAX_PREPARED && !have; i++)
+	{
+		OutboxPrepared *p = &outbox_shared->prepared[i];
+
+		if (p->dboid == MyDatabaseId && strcmp(p->gid, gid) == 0)
+		{
+			found = *p;
+			p->dboid = InvalidOid;
+			have = true;
+		}
+	}
+	SpinLockRelease(&outbox_shared->mutex);
+
+	if (have && commit)
+	{
+		OutboxDatabase *db = outbox_my_database(true);
+
+		if (db != NULL)
+			outbox_publish(db, found.deltas, found.made_pending);
+	}
+}
+
+#if PG_VERSION_NUM >= 140000
+/*
+ * outbox_process_utility
+ *
+ * Follow two-phase commit: note the GID a transaction is prepared under, and
+ * settle its stashed counters once COMMIT/ROLLBACK PREPARED has succeeded.
+ */
+static void
+outbox_process_utility(PlannedStmt *pstmt, const char *queryString,
+					   bool readOnlyTree, ProcessUtilityContext context,
+					   ParamListInfo params, QueryEnvironment *queryEnv,
+					   DestReceiver *dest, QueryCompletion *qc)
+{
+	Node	   *parsetree = pstmt->utilityStmt;
+	TransactionStmt *stmt = NULL;
+
+	if (IsA(parsetree, TransactionStmt))
+		stmt = (TransactionStmt *) parsetree;
+	if (stmt != NULL && stmt->kind == TRANS_STMT_PREPARE)
+		strlcpy(outbox_prepare_gid, stmt->gid, GIDSIZE);
+
+	if (prev_process_utility_hook)
+		prev_process_utility_hook(pstmt, queryString, readOnlyTree, context,
+								  params, queryEnv, dest, qc);
+	else
+		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context,
+								params, queryEnv, dest, qc);
+
+	if (stmt != NULL && (stmt->kind == TRANS_STMT_COMMIT_PREPARED ||
+						 stmt->kind == TRANS_STMT_ROLLBACK_PREPARED))
+		outbox_finish_prepared(stmt->gid,
+							   stmt->kind == TRANS_STMT_COMMIT_PREPARED);
+}
+#endif
 
 /*
  * outbox_columns

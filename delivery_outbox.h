@@ -14,6 +14,7 @@
 #ifndef DELIVERY_OUTBOX_H
 #define DELIVERY_OUTBOX_H
 
+#include "access/xact.h"
 #include "port/atomics.h"
 #include "storage/condition_variable.h"
 #include "storage/latch.h"
@@ -76,9 +77,21 @@ typedef struct OutboxDatabase
 	uint64		ring_tail;		/* next id to send is at tail % size */
 } OutboxDatabase;
 
+/* Work of a prepared transaction, counted when COMMIT PREPARED succeeds. */
+#define OUTBOX_MAX_PREPARED		64
+
+typedef struct OutboxPrepared
+{
+	Oid			dboid;			/* InvalidOid: entry unused */
+	char		gid[GIDSIZE];
+	bool		made_pending;
+	int64		deltas[OUTBOX_NUM_COUNTERS];
+} OutboxPrepared;
+
 typedef struct OutboxShared
 {
-	slock_t		mutex;			/* protects slot allocation */
+	slock_t		mutex;			/* protects slot allocation and prepared[] */
+	OutboxPrepared prepared[OUTBOX_MAX_PREPARED];
 	TimestampTz started;
 	int			ring_size;		/* ids per hand-over ring */
 	OutboxDatabase databases[OUTBOX_MAX_DATABASES];

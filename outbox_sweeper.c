@@ -275,6 +275,8 @@ sweeper_shmem_startup(void)
 	if (!found)
 	{
 		SpinLockInit(&outbox_shared->mutex);
+		for (i = 0; i < OUTBOX_MAX_PREPARED; i++)
+			outbox_shared->prepared[i].dboid = InvalidOid;
 		outbox_shared->started = GetCurrentTimestamp();
 		outbox_shared->ring_size = outbox_handover_size;
 		for (i = 0; i < OUTBOX_MAX_DATABASES; i++)
@@ -558,8 +560,8 @@ sweeper_send_wakeups(OutboxDatabase *db)
 /*
  * sweeper_sweep
  *
- * One bounded pass, in one transaction: reclaim, purge, re-count the
- * backlog.
+ * One bounded pass: reclaim and purge in one transaction, then re-count the
+ * backlog in another.
  */
 static void
 sweeper_sweep(OutboxDatabase *db)
@@ -580,8 +582,13 @@ sweeper_sweep(OutboxDatabase *db)
 		(void) outbox_purge_rows(TimestampTzPlusMilliseconds(now,
 															 -(int64) outbox_retain_acked * 1000),
 								 SWEEPER_MAX_ROWS);
-	outbox_sync_backlog(db);
+	PopActiveSnapshot();
+	CommitTransactionCommand();
 
+	/* count the backlog after the sweep's own changes are published */
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	outbox_sync_backlog(db);
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 	pgstat_report_activity(STATE_IDLE, NULL);
