@@ -114,8 +114,10 @@ prepare()
             { echo "hint: apt-get install python3-psycopg" >>"$log"; return 1; }
         ;;
     node)
-        command -v node >/dev/null 2>&1 && command -v "$NPM" >/dev/null 2>&1 ||
-            { echo "node or npm not found (apt-get install nodejs npm)" >"$log"; return 1; }
+        if ! command -v node >/dev/null 2>&1 || ! command -v "$NPM" >/dev/null 2>&1; then
+            echo "node or npm not found (apt-get install nodejs npm)" >"$log"
+            return 1
+        fi
         # npm's cache in the work directory: nothing written to $HOME.
         (cd "$HERE/node" &&
             npm_config_cache=$WORK/npm-cache npm_config_update_notifier=false \
@@ -186,10 +188,9 @@ SQL
 # stop_relay: SIGTERM, wait up to 10 s; sets STOP_RC (124 on timeout)
 stop_relay()
 {
-    local i
     STOP_RC=124
     kill -TERM "$RELAY_PID" 2>/dev/null
-    for i in $(seq 100); do
+    for _ in $(seq 100); do
         kill -0 "$RELAY_PID" 2>/dev/null || break
         sleep 0.1
     done
@@ -457,9 +458,10 @@ for lang in "${LANGS[@]}"; do
     esac
 done
 if [ "${EXAMPLES_KEEP:-0}" != 1 ] && [ "$FAILED" -eq 0 ]; then
-    q "$ADMIN_DB" "DROP ROLE IF EXISTS $ROLE" >/dev/null 2>&1 &&
-    q "$ADMIN_DB" "DROP ROLE IF EXISTS $MONITOR" >/dev/null 2>&1 ||
+    if ! q "$ADMIN_DB" "DROP ROLE IF EXISTS $ROLE" >/dev/null 2>&1 ||
+        ! q "$ADMIN_DB" "DROP ROLE IF EXISTS $MONITOR" >/dev/null 2>&1; then
         diag "roles $ROLE, $MONITOR kept"
+    fi
 fi
 echo "1..$T"
 [ "$FAILED" -eq 0 ]

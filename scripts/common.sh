@@ -46,9 +46,11 @@ OUTBOX_BASE_PACKAGES=(postgresql-15 postgresql-server-dev-15 build-essential
 # What examples/ needs (scripts/test.sh's examples suite): psycopg 3 and
 # PyYAML for the Python relay and the exporter check, libpq for the C relay
 # (postgresql-server-dev-15 pulls it in too), Node.js for the Node relay.
+# shellcheck disable=SC2034  # used by scripts/test.sh
 OUTBOX_EXAMPLE_PACKAGES=(python3-psycopg python3-yaml libpq-dev nodejs)
 # "command=package": the package is installed only when the command is
 # missing.  NodeSource's nodejs ships npm and conflicts with Debian's npm.
+# shellcheck disable=SC2034  # used by scripts/test.sh
 OUTBOX_EXAMPLE_COMMANDS=(npm=npm)
 
 OUTBOX_TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -65,6 +65,7 @@ diag() { printf '# %s\n' "$@"; }
 # showlog FILE [N]: the last N lines of FILE as diagnostics
 showlog() { [ -s "$1" ] && tail -n "${2:-40}" "$1" | sed 's/^/#   /'; }
 
+# shellcheck disable=SC2317  # the EXIT trap
 finish()
 {
     local rc=$?
@@ -192,12 +193,15 @@ if git -C "$TOP" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
         exit 1
     fi
 else
-    tar -C "$TOP" -cf - --exclude=./dist --exclude='*.o' --exclude='*.so' \
-        --exclude='*.bc' --exclude=./results --exclude=./output_iso \
-        --exclude=./tmp_check --exclude=./tmp_check_iso --exclude=./log \
-        --exclude=./examples/node/node_modules . | tar -C "$SRC" -xf - &&
-        ok "source: a copy of $TOP (not a git checkout)" ||
-        { nok "source: a copy of $TOP"; exit 1; }
+    if tar -C "$TOP" -cf - --exclude=./dist --exclude='*.o' --exclude='*.so' \
+            --exclude='*.bc' --exclude=./results --exclude=./output_iso \
+            --exclude=./tmp_check --exclude=./tmp_check_iso --exclude=./log \
+            --exclude=./examples/node/node_modules . | tar -C "$SRC" -xf -; then
+        ok "source: a copy of $TOP (not a git checkout)"
+    else
+        nok "source: a copy of $TOP"
+        exit 1
+    fi
 fi
 
 # 2. one version everywhere
@@ -206,7 +210,12 @@ if [ -z "$VERSION" ]; then
     nok "versions: no default_version in $EXT.control"
     exit 1
 fi
-META_V=$(/usr/bin/python3 -c 'import json,sys; m=json.load(open(sys.argv[1])); print(m.get("version"), *sorted({e.get("version") for e in m.get("provides", {}).values()}))' "$SRC/META.json" 2>&1)
+# META.json's version and every provides version: one word when they agree
+META_V=$(/usr/bin/python3 -c '
+import json, sys
+m = json.load(open(sys.argv[1]))
+print(*sorted({str(m.get("version"))} | {str(e.get("version")) for e in m.get("provides", {}).values()}))
+' "$SRC/META.json" 2>&1)
 DEB_UP=$(changelog_upstream "$SRC")
 if [ "$META_V" = "$(semver "$VERSION")" ] && [ "$DEB_UP" = "$VERSION" ]; then
     ok "versions: $EXT.control default_version $VERSION = META.json $META_V = debian/changelog $DEB_UP"
@@ -275,8 +284,11 @@ mkdir -p "$BUILD"
 tar -C "$BUILD" -xzf "$TARBALL"
 ln -s "$TARBALL" "$BUILD/delivery-outbox_$VERSION.orig.tar.gz"
 secs=$SECONDS
+DEB=
 if (cd "$BUILD/$PREFIX" && dpkg-buildpackage -us -uc -b) >"$PKG_WORK/build.log" 2>&1; then
-    DEB=$(ls "$BUILD"/postgresql-*-delivery-outbox_*.deb 2>/dev/null | grep -v dbgsym | head -n 1)
+    for f in "$BUILD"/postgresql-*-delivery-outbox_*.deb; do
+        [ -f "$f" ] && DEB=$f
+    done
 fi
 if [ -n "${DEB:-}" ] && [ -f "$DEB" ]; then
     cp "$BUILD"/*.deb "$BUILD"/*.buildinfo "$BUILD"/*.changes "$DIST"/ 2>/dev/null
@@ -297,12 +309,13 @@ for f in "/usr/lib/postgresql/$PGV/lib/$EXT.so" \
          "/usr/share/postgresql/$PGV/extension/$EXT.control"; do
     grep -qx "$f" <<<"$contents" || missing+=("$f")
 done
-for f in "$SRC"/$EXT--*.sql; do
+sql_scripts=("$SRC/$EXT--"*.sql)
+for f in "${sql_scripts[@]}"; do
     f=/usr/share/postgresql/$PGV/extension/$(basename "$f")
     grep -qx "$f" <<<"$contents" || missing+=("$f")
 done
 if [ ${#missing[@]} -eq 0 ] && grep -q "postgresql-$PGV" <<<"$depends"; then
-    ok "package holds $EXT.so, the control file and $(ls "$SRC"/$EXT--*.sql | wc -l) SQL scripts; Depends: $depends"
+    ok "package holds $EXT.so, the control file and ${#sql_scripts[@]} SQL scripts; Depends: $depends"
 else
     nok "package contents (missing: ${missing[*]:-none}; Depends: $depends)"
     dpkg-deb -c "$DEB" | sed 's/^/#   /'
@@ -325,9 +338,11 @@ ROOT=$PKG_WORK/root
 LIBDIR=/usr/lib/postgresql/$PGV
 SHAREDIR=/usr/share/postgresql/$PGV
 mkdir -p "$ROOT$(dirname "$LIBDIR")" "$ROOT$(dirname "$SHAREDIR")"
-cp -a "$LIBDIR" "$ROOT$(dirname "$LIBDIR")/" &&
-    cp -a "$SHAREDIR" "$ROOT$(dirname "$SHAREDIR")/" ||
-    { nok "copying the PostgreSQL $PGV installation"; exit 1; }
+if ! cp -a "$LIBDIR" "$ROOT$(dirname "$LIBDIR")/" ||
+    ! cp -a "$SHAREDIR" "$ROOT$(dirname "$SHAREDIR")/"; then
+    nok "copying the PostgreSQL $PGV installation"
+    exit 1
+fi
 # Forget whatever `make install` put there: only the package may provide it.
 find "$ROOT" -name "$EXT*" -prune -exec rm -rf {} +
 leftover=$(find "$ROOT" -name "$EXT*" | wc -l)

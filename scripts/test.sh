@@ -12,8 +12,12 @@
 #   examples    examples/test_examples.sh: the Python, Node.js and C relays
 #               and producers against the cluster (own databases), and the
 #               postgres_exporter queries
+#   package     scripts/package.sh --worktree: versions, META.json, release
+#               tarball, dpkg-buildpackage, CREATE EXTENSION from the .deb on
+#               a clean installation (about 20-40 s; OUTBOX_PACKAGE_TEST=0
+#               skips it)
 # Every regress test, every isolation spec, every TAP assertion and every
-# examples assertion counts as one test.  On failure it prints regression.diffs and the TAP logs.  The last
+# examples or package step counts as one test.  On failure it prints regression.diffs and the TAP logs.  The last
 # line is always "N passed, N failed"; the exit status is non-zero when a test
 # failed or when no test ran.
 #
@@ -197,6 +201,23 @@ if [ -f "$OUTBOX_SRC/examples/test_examples.sh" ]; then
     record examples "$p" "$f" "$s"
 else
     log "suite: examples: no examples/test_examples.sh, skipped"
+fi
+
+# --- package ---------------------------------------------------------------
+# As the caller (root or sudo: apt-get for the build dependencies); it builds
+# and starts its own throwaway cluster and installs nothing into the system.
+if [ "${OUTBOX_PACKAGE_TEST:-1}" = 0 ]; then
+    log "suite: package: skipped (OUTBOX_PACKAGE_TEST=0)"
+elif [ -f "$OUTBOX_TOP/scripts/package.sh" ]; then
+    log "suite: package"
+    bash "$OUTBOX_TOP/scripts/package.sh" --worktree 2>&1 | tee "$OUTBOX_WORK/package.out"
+    SUITE_RC=${PIPESTATUS[0]}
+    read -r p f s < <(count_tap "$OUTBOX_WORK/package.out")
+    if [ "$SUITE_RC" -ne 0 ] && [ "$f" -eq 0 ]; then
+        warn "package: exited $SUITE_RC without a failed step; counting one failure"
+        f=1
+    fi
+    record package "$p" "$f" "$s"
 fi
 
 outbox_teardown
