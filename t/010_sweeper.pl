@@ -270,16 +270,21 @@ $node->safe_psql('postgres',
 # force, not just the sweep a reload triggers.  A row claimed now comes back
 # by itself, and never before reclaim_after (1 s).
 #
+my $reload_ts = $node->safe_psql('postgres', 'SELECT clock_timestamp()');
 $node->safe_psql(
 	'postgres', q{
 ALTER SYSTEM SET delivery_outbox.sweep_interval = '200ms';
 ALTER SYSTEM SET delivery_outbox.retain_acked = 1;
 });
 $node->reload;
-$node->poll_query_until('postgres',
-	q{SELECT setting FROM pg_settings WHERE name = 'delivery_outbox.sweep_interval'},
-	'200')
-  or die 'reload not seen';
+# The sweep the reload triggers is over before the claim below, so what
+# reclaims the row later is a periodic sweep.
+$node->poll_query_until(
+	'postgres', qq{
+SELECT state = 'idle' AND query = 'delivery_outbox: sweep'
+       AND state_change > '$reload_ts'::timestamptz
+  FROM pg_stat_activity WHERE pid = $pid})
+  or die 'no sweep after the reload';
 is( $node->safe_psql(
 		'postgres',
 		q{SELECT id || ':' || delivery_state || '/' || delivery_attempts
@@ -458,6 +463,41 @@ unlike($log,
 	qr/background worker "delivery_outbox sweeper[^"]*" \(PID \d+\) (?:exited|was terminated)|ERROR:|FATAL:/,
 	'no error and no worker exit in the log');
 $relay->quit;
+
+# DROP EXTENSION and CREATE EXTENSION in quick succession while the worker
+# sweeps every 10 ms: whenever a DROP lands, between its check for the
+# extension and its sweep or during it, the worker must not fail.
+$node->safe_psql('postgres',
+	"ALTER SYSTEM SET delivery_outbox.sweep_interval = '10ms'");
+$node->reload;
+$node->poll_query_until('postgres',
+	q{SELECT setting FROM pg_settings WHERE name = 'delivery_outbox.sweep_interval'},
+	'10')
+  or die 'reload not seen';
+$log_offset = -s $node->logfile;
+$node->safe_psql('postgres',
+	join('',
+		map { "DROP EXTENSION delivery_outbox;\n"
+			  . "CREATE EXTENSION delivery_outbox SCHEMA outbox;\n"
+			  . "SELECT pg_sleep(0.02);\n" } 1 .. 20));
+$node->safe_psql(
+	'postgres', q{
+SELECT outbox.outbox_enqueue('agent:d', 'work', '\x07');
+SELECT count(*) FROM outbox.outbox_claim(1);
+});
+$node->poll_query_until('postgres',
+	q{SELECT delivery_state = 'pending' FROM outbox.delivery_outbox WHERE id = 1})
+  or die 'the worker did not sweep after 20 DROP/CREATE cycles';
+$log = slurp_file($node->logfile, $log_offset);
+unlike($log,
+	qr/background worker "delivery_outbox sweeper[^"]*" \(PID \d+\) (?:exited|was terminated)|ERROR:|FATAL:/,
+	'20 quick DROP/CREATE EXTENSION cycles: no worker error, no exit');
+is(worker_pid(), $pid, 'the same worker still sweeps');
+$node->safe_psql('postgres',
+	"ALTER SYSTEM SET delivery_outbox.sweep_interval = '200ms'");
+$node->reload;
+# (if the worker did exit above, go on with its successor)
+$pid = wait_for_worker(0);
 
 #
 # SIGKILL of the worker: the postmaster restarts the cluster, the worker
