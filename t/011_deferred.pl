@@ -18,6 +18,7 @@
 #   rolled-back work in between), the relay hears each committed id once,
 #   always from the worker, and no rolled-back id;
 # - notify = off sends nothing; notify = commit sends from the producer;
+# - the channel of deferred wake-ups is the worker's, not the producer's;
 # - the worker's own reclaims go through its ring, notified once;
 # - each served database's ids come from its own worker; in db3 (no worker)
 #   deferred falls back to commit-mode notifications from the producer;
@@ -313,6 +314,14 @@ my $c_id = $producer->query_safe(
 is(join(',', wait_heard($relay, 1)), "$c_id\@$producer_pid",
 	'notify = commit: heard from the producer');
 $producer->query_safe('RESET delivery_outbox.notify');
+
+# deferred: the channel is the worker's, not the producer's session setting
+$producer->query_safe(q{SET delivery_outbox.channel = 'elsewhere'});
+my $e_id = $producer->query_safe(
+	q{SELECT outbox_enqueue('agent:elsewhere', 'work', '\x0f')});
+is(join(',', wait_heard($relay, 1)), "$e_id\@$pid",
+	"deferred: sent on the worker's channel whatever the producer SETs");
+$producer->query_safe('RESET delivery_outbox.channel');
 
 #
 # The worker's own reclaims (the worker runs in deferred mode too) go
