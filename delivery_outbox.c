@@ -66,6 +66,7 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "tcop/utility.h"
+#include "storage/lmgr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
@@ -1073,6 +1074,39 @@ outbox_installed(void)
 	Oid			ext_oid = get_extension_oid(OUTBOX_EXTENSION_NAME, true);
 
 	return OidIsValid(ext_oid) && OidIsValid(outbox_member_table(ext_oid));
+}
+
+/*
+ * outbox_lock_table
+ *
+ * For the sweeper: lock the extension's table in RowExclusiveLock mode for
+ * the rest of the transaction, so that a concurrent DROP EXTENSION waits for
+ * the sweep instead of pulling the table from under it.  Returns false when
+ * the extension is not installed, or was dropped while we waited for the
+ * lock.  Needs a transaction.
+ */
+bool
+outbox_lock_table(void)
+{
+	Oid			ext_oid = get_extension_oid(OUTBOX_EXTENSION_NAME, true);
+	Oid			relid;
+
+	if (!OidIsValid(ext_oid))
+		return false;
+	relid = outbox_member_table(ext_oid);
+	if (!OidIsValid(relid))
+		return false;
+
+	LockRelationOid(relid, RowExclusiveLock);
+
+	/* locking processed invalidations: is it still the extension's table? */
+	if (SearchSysCacheExists1(RELOID, ObjectIdGetDatum(relid)) &&
+		get_extension_oid(OUTBOX_EXTENSION_NAME, true) == ext_oid &&
+		outbox_member_table(ext_oid) == relid)
+		return true;
+
+	UnlockRelationOid(relid, RowExclusiveLock);
+	return false;
 }
 
 static int

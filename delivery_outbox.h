@@ -117,6 +117,7 @@ extern uint64 outbox_reclaim_rows(TimestampTz cutoff, int64 max_rows);
 extern uint64 outbox_purge_rows(TimestampTz cutoff, int64 max_rows);
 extern void outbox_sync_backlog(OutboxDatabase *db);
 extern bool outbox_installed(void);
+extern bool outbox_lock_table(void);
 extern void outbox_count(OutboxCounter counter, int64 delta);
 
 #endif							/* DELIVERY_OUTBOX_H */

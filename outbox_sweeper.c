@@ -67,7 +67,7 @@ static bool sweeper_database_check(char **newval, void **extra,
 								   GucSource source);
 static void sweeper_detach(int code, Datum arg);
 static void sweeper_send_wakeups(OutboxDatabase *db);
-static void sweeper_sweep(OutboxDatabase *db);
+static bool sweeper_sweep(OutboxDatabase *db);
 
 /* GUC variables */
 char	   *outbox_database_names = NULL;
@@ -452,20 +452,13 @@ outbox_sweeper_main(Datum main_arg)
 		now = GetCurrentTimestamp();
 		if (now >= next_sweep)
 		{
-			bool		installed;
-
-			StartTransactionCommand();
-			installed = outbox_installed();
-			CommitTransactionCommand();
-
-			if (installed)
+			if (sweeper_sweep(sweeper_db))
 			{
 				if (missing_logged)
 					ereport(LOG,
 							(errmsg("delivery_outbox sweeper: extension found in database \"%s\", sweeping",
 									dbname)));
 				missing_logged = false;
-				sweeper_sweep(sweeper_db);
 			}
 			else if (!missing_logged)
 			{
@@ -561,9 +554,12 @@ sweeper_send_wakeups(OutboxDatabase *db)
  * sweeper_sweep
  *
  * One bounded pass: reclaim and purge in one transaction, then re-count the
- * backlog in another.
+ * backlog in another.  Each transaction first locks the outbox table (and
+ * re-checks that it is still the extension's), so DROP EXTENSION waits for a
+ * pass instead of failing it.  Returns false when the extension is not
+ * installed in this database.
  */
-static void
+static bool
 sweeper_sweep(OutboxDatabase *db)
 {
 	TimestampTz now;
@@ -571,6 +567,12 @@ sweeper_sweep(OutboxDatabase *db)
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
+	if (!outbox_lock_table())
+	{
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+		return false;
+	}
 	pgstat_report_activity(STATE_RUNNING, "delivery_outbox: sweep");
 
 	now = GetCurrentTimestamp();
@@ -588,9 +590,12 @@ sweeper_sweep(OutboxDatabase *db)
 	/* count the backlog after the sweep's own changes are published */
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
-	outbox_sync_backlog(db);
+	if (outbox_lock_table())
+		outbox_sync_backlog(db);
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 	pgstat_report_activity(STATE_IDLE, NULL);
 	pgstat_report_stat(true);
+
+	return true;
 }
