@@ -14,9 +14,9 @@
 #
 # Build and test, each step one TAP line ("ok N - ..."), then "N passed,
 # N failed" (exit status 1 if a step failed):
-#   1. the source: `git archive` of REF (--worktree: of the working tree's
-#      tracked files, uncommitted changes included, via `git stash create`;
-#      outside a git checkout: a copy of the tree);
+#   1. the source: `git archive` of REF (--worktree: the working tree's
+#      tracked files as they are, uncommitted changes included; outside a
+#      git checkout: a copy of the tree);
 #   2. versions: control default_version = META.json version and provides
 #      version = debian/changelog upstream version;
 #   3. META.json: valid JSON with PGXN's required keys, provided files exist;
@@ -177,20 +177,25 @@ SRC=$PKG_WORK/source
 mkdir -p "$SRC"
 if git -C "$TOP" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
     if [ "$MODE" = worktree ]; then
-        REF=$(git -C "$TOP" stash create 2>/dev/null)
-        [ -n "$REF" ] || REF=HEAD
-        what="the working tree's tracked files"
+        # The tracked files as they are now.  Read-only for git (no stash,
+        # no index lock), so it can run while someone commits.
+        if (cd "$TOP" && git ls-files -z | tar --null -T - --ignore-failed-read -cf - 2>/dev/null) |
+                tar -C "$SRC" -xf -; then
+            ok "source: the working tree's tracked files (HEAD $(git -C "$TOP" rev-parse --short HEAD) plus uncommitted changes)"
+        else
+            nok "source: the working tree's tracked files"
+            exit 1
+        fi
     else
-        what=$REF
-        if [ -n "$(git -C "$TOP" status --porcelain --untracked-files=no)" ]; then
+        if [ -n "$(git -C "$TOP" status --porcelain --untracked-files=no 2>/dev/null)" ]; then
             diag "uncommitted changes are not packaged (use --worktree to include them)"
         fi
-    fi
-    if git -C "$TOP" archive --format=tar "$REF" | tar -C "$SRC" -xf -; then
-        ok "source: git archive of $what ($(git -C "$TOP" rev-parse --short "$REF"))"
-    else
-        nok "source: git archive of $what"
-        exit 1
+        if git -C "$TOP" archive --format=tar "$REF" | tar -C "$SRC" -xf -; then
+            ok "source: git archive of $REF ($(git -C "$TOP" rev-parse --short "$REF"))"
+        else
+            nok "source: git archive of $REF"
+            exit 1
+        fi
     fi
 else
     if tar -C "$TOP" -cf - --exclude=./dist --exclude='*.o' --exclude='*.so' \

@@ -17,9 +17,10 @@
 #               a clean installation (about 20-40 s; OUTBOX_PACKAGE_TEST=0
 #               skips it)
 # Every regress test, every isolation spec, every TAP assertion and every
-# examples or package step counts as one test.  On failure it prints regression.diffs and the TAP logs.  The last
-# line is always "N passed, N failed"; the exit status is non-zero when a test
-# failed or when no test ran.
+# examples or package step counts as one test.  On failure it prints
+# regression.diffs and the TAP logs.  The last line is always "N passed,
+# N failed"; the exit status is non-zero when a test failed or when no test
+# ran.
 #
 # Usage: scripts/test.sh          (KEEP_TMP=1 keeps the work directory)
 
