@@ -3,7 +3,7 @@
 MODULE_big = delivery_outbox
 OBJS = delivery_outbox.o outbox_sweeper.o
 EXTENSION = delivery_outbox
-DATA = $(wildcard delivery_outbox--*.sql)
+DATA = $(notdir $(wildcard $(srcdir)/delivery_outbox--*.sql))
 PGFILEDESC = "delivery_outbox - ack-tracked push-delivery outbox"
 
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
