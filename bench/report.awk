@@ -6,8 +6,10 @@
 #   L|L1-mode|clients|sync|rep|tx/s|p50 ms|relay|rows|p99 ms|max ms|relay stats|note
 # Variables: cells, want, deferred_note, batch_note, pgq_note, l1rate, l1c,
 # acked (the big C1 table's acked rows, e.g. "2M").
-# Every figure is the median of its runs; every ratio is taken between
-# medians of the same cell.  Plain POSIX awk (mawk).
+# Every figure is the median of its runs.  Every ratio is paired: the ratio
+# of the two workloads within each round of the same cell (they ran a few
+# seconds apart), then the median over the rounds; with more than one round
+# the notes give the lowest and highest round.  Plain POSIX awk (mawk).
 
 function median(key,    n, i, j, v, t, a) {
     n = cnt[key]
@@ -37,6 +39,30 @@ function ratio(a, b) {
     if (a == "" || b == "" || b + 0 == 0)
         return ""
     return a / b
+}
+
+# pratio(A, B, c, s, field): median over rounds of A's field / B's field in
+# the same round; sets PR_MIN, PR_MAX and PR_N.
+function pratio(a, b, c, s, f,    r, k, key, n) {
+    key = "pr" SUBSEP a SUBSEP b SUBSEP c SUBSEP s SUBSEP f
+    delete cnt[key]
+    PR_MIN = ""; PR_MAX = ""; PR_N = 0
+    for (r = 1; r <= maxrep; r++) {
+        if (!((a, c, s, r, f) in one) || !((b, c, s, r, f) in one))
+            continue
+        if (one[b, c, s, r, f] + 0 == 0)
+            continue
+        k = one[a, c, s, r, f] / one[b, c, s, r, f]
+        add(key, k)
+        if (PR_MIN == "" || k < PR_MIN) PR_MIN = k
+        if (PR_MAX == "" || k > PR_MAX) PR_MAX = k
+        PR_N++
+    }
+    return median(key)
+}
+
+function spread() {
+    return (PR_N > 1) ? sprintf(" (rounds %.2f-%.2f)", PR_MIN, PR_MAX) : ""
 }
 
 function fmt(v, f) {
@@ -78,6 +104,12 @@ BEGIN {
     seen[key] = 1
     add(key SUBSEP "tx", $6)
     add(key SUBSEP "rows", $7)
+    if ($5 + 0 > maxrep)
+        maxrep = $5 + 0
+    if ($6 != "")
+        one[w, c, s, $5, "tx"] = $6
+    if ($7 != "")
+        one[w, c, s, $5, "rows"] = $7
     lis[key] = $8
     if (kind == "E") {
         runs[key]++
@@ -122,7 +154,8 @@ END {
             }
             tx = median(key SUBSEP "tx")
             rows = median(key SUBSEP "rows")
-            r = ratio(rows, ref)
+            r = pratio(w, "E1", c, s, "rows")
+            sp = (w == "E1") ? "" : spread()
             med[w, c, s] = rows
             rat[w, c, s] = r
             note = ""
@@ -137,8 +170,10 @@ END {
                 note = "ids not checked"
             if ((w == "E3" || w == "E4") && senders[key] != "")
                 note = note sprintf(", sent by %s backend(s)", senders[key])
+            note = note sp notes[key]
+            sub(/^ +/, "", note)
             line(label[w], c, s, lis[key], fmt(tx, "%.0f"), fmt(rows, "%.0f"),
-                 fmt(r, "%.2f"), note notes[key])
+                 fmt(r, "%.2f"), note)
         }
         if (index(" " want " ", " C1 ") == 0)
             continue
@@ -151,12 +186,13 @@ END {
             rows = median(key SUBSEP "rows")
             other = w
             sub(/-big$/, "-empty", other)
-            r = ratio(tx, median(other SUBSEP c SUBSEP s SUBSEP "tx"))
+            r = pratio(w, other, c, s, "tx")
+            sp = (w ~ /-big$/) ? spread() : ""
             if (w ~ /-big$/)
                 crat[w, c, s] = r
             line(label[w], c, s, "no", fmt(tx, "%.0f"), fmt(rows, "%.0f"), fmt(r, "%.2f"),
                  sprintf("claims/s; %s rows/claim%s", fmt(median(key SUBSEP "per"), "%.1f"),
-                         (w ~ /-big$/) ? "; ratio = big/empty" : "") notes[key])
+                         (w ~ /-big$/) ? "; ratio = big/empty" sp : "") notes[key])
         }
     }
 
@@ -196,12 +232,12 @@ END {
     txt = ""; ok = 1; any = 0
     for (i = 1; i <= nc; i++) {
         split(cl[i], cs, ":")
-        a = med["E3", cs[1], cs[2]]; b = med["E2", cs[1], cs[2]]
-        if (a == "" || b == "")
+        r = pratio("E3", "E2", cs[1], cs[2], "rows")
+        if (r == "")
             continue
         any = 1
-        txt = txt sprintf(" %s/%s %.2f", cs[1], cs[2], a / b)
-        if (a / b < 1.0)
+        txt = txt sprintf(" %s/%s %.2f", cs[1], cs[2], r)
+        if (r < 1.0)
             ok = 0
     }
     target(any ? ok : "", "E3/E2 >= 1.0 in every cell:" (any ? txt : " not measured"))
@@ -211,12 +247,12 @@ END {
         split(cl[i], cs, ":")
         if (cs[1] != 4)
             continue
-        a = med["E5", cs[1], cs[2]]; b = med["E3", cs[1], cs[2]]
-        if (a == "" || b == "")
+        r = pratio("E5", "E3", cs[1], cs[2], "rows")
+        if (r == "")
             continue
         any = 1
-        txt = txt sprintf(" 4/%s %.1fx", cs[2], a / b)
-        if (a / b < 3.0)
+        txt = txt sprintf(" 4/%s %.1fx", cs[2], r)
+        if (r < 3.0)
             ok = 0
     }
     target(any ? ok : "", "E5 rows/s >= 3x E3 rows/s at 4 clients:" (any ? txt : " not measured (no 4-client cell, or no E5)"))

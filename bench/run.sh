@@ -462,6 +462,7 @@ run_l1()
 # ---------------------------------------------------------------------------
 
 BENCH_START=$(date +%s)
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)
 trap outbox_exit_trap EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
@@ -534,8 +535,13 @@ log "extension $EXT_VERSION; preloaded: $PRELOADED; notify GUC: $HAVE_NOTIFY_GUC
 if want C1; then
     log "building the C1 tables: bench_big ($C1_ACKED acked + $C1_PENDING pending), bench_empty ($C1_PENDING pending)"
     t0=$(date +%s)
-    c1_load bench_big "$C1_ACKED"
-    c1_load bench_empty 0
+    # both at once (2 cores, nothing is measured yet)
+    (trap - EXIT; c1_load bench_big "$C1_ACKED") &
+    c1_big_job=$!
+    (trap - EXIT; c1_load bench_empty 0) &
+    c1_empty_job=$!
+    wait "$c1_big_job" || die "building bench_big failed"
+    wait "$c1_empty_job" || die "building bench_empty failed"
     log "C1 tables ready in $(($(date +%s) - t0)) s"
 fi
 
@@ -597,6 +603,7 @@ REPORT=$RAW/report.txt
     echo "delivery_outbox bench: extension $EXT_VERSION, PostgreSQL $(bsql postgres "SHOW server_version"), $(nproc) cores"
     echo "command: ${BENCH_CMD:-bench/run.sh}  (QUICK=$QUICK; cells: $BENCH_CELLS; median of $BENCH_REPS run(s) of ${BENCH_T}s each)"
     echo "C1 tables: big = $C1_ACKED acked + $C1_PENDING pending rows, empty = $C1_PENDING pending rows; $RECIPIENTS recipients"
+    echo "machine load average (1/5/15 min) at start: $LOAD_START, at end: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null); run took $(($(date +%s) - BENCH_START)) s"
     echo
     awk -F'|' \
         -v deferred_note="$DEFERRED_NOTE" -v batch_note="$BATCH_NOTE" -v pgq_note="$PGQ_NOTE" \
