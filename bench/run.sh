@@ -275,7 +275,7 @@ record()
     local now=${EPOCHREALTIME/,/.}
     printf '    %-20s %3s clients, sync %-3s rep %s: %8s tx/s  (%.1f s)%s\n' "$2" "$3" "$4" "$5" \
         "${6%%.*}" "$(awk -v a="$now" -v b="$LAST_RECORD" 'BEGIN { print a - b }')" \
-        "${13:+  $13}"
+        "${13:+  ${13}}"
     LAST_RECORD=$now
 }
 
