@@ -5,15 +5,31 @@
 
 --
 -- The guard also sees deletes now, so that the open-backlog counters of
--- outbox_activity() follow purges and hand-written DELETEs.
+-- outbox_activity() follow purges and hand-written DELETEs.  Inserted rows
+-- are woken and counted by an AFTER INSERT trigger instead of the guard
+-- (argument 'after_insert'), so that a row an INSERT ... ON CONFLICT did not
+-- insert neither notifies nor counts.
 --
 DROP TRIGGER zz_delivery_outbox_state_guard ON delivery_outbox;
 
 CREATE TRIGGER zz_delivery_outbox_state_guard
     BEFORE INSERT OR UPDATE OR DELETE ON delivery_outbox
-    FOR EACH ROW EXECUTE FUNCTION outbox_state_guard();
+    FOR EACH ROW EXECUTE FUNCTION outbox_state_guard('after_insert');
 
 ALTER TABLE delivery_outbox ENABLE ALWAYS TRIGGER zz_delivery_outbox_state_guard;
+
+CREATE FUNCTION outbox_inserted()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'outbox_inserted'
+LANGUAGE C;
+
+CREATE TRIGGER zz_delivery_outbox_inserted
+    AFTER INSERT ON delivery_outbox
+    FOR EACH ROW EXECUTE FUNCTION outbox_inserted();
+
+ALTER TABLE delivery_outbox ENABLE ALWAYS TRIGGER zz_delivery_outbox_inserted;
+
+REVOKE ALL ON FUNCTION outbox_inserted() FROM PUBLIC;
 
 -- Many rows in one call: ids come back in input order.
 CREATE FUNCTION outbox_enqueue_batch(recipients text[], kinds text[],

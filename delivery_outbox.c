@@ -194,9 +194,9 @@ static OutboxDatabase *outbox_my_database(bool create);
 static int	outbox_int64_cmp(const void *a, const void *b);
 static void outbox_publish(OutboxDatabase *db, const int64 *deltas,
 						   bool made_pending);
+#if PG_VERSION_NUM >= 140000
 static void outbox_stash_prepared(OutboxXactLevel *level);
 static void outbox_finish_prepared(const char *gid, bool commit);
-#if PG_VERSION_NUM >= 140000
 static void outbox_process_utility(PlannedStmt *pstmt, const char *queryString,
 								   bool readOnlyTree,
 								   ProcessUtilityContext context,
@@ -210,7 +210,9 @@ static Datum outbox_text_array(FunctionCallInfo fcinfo, int argno,
 static bool outbox_datum_equal(Datum a, bool a_null, Datum b, bool b_null,
 							   Form_pg_attribute att);
 static HeapTuple outbox_guard_insert(Relation rel, HeapTuple tuple,
-									 const OutboxColumns *cols);
+									 const OutboxColumns *cols, bool wake);
+static void outbox_inserted_row(Relation rel, HeapTuple tuple,
+								const OutboxColumns *cols);
 static HeapTuple outbox_guard_update(Relation rel, HeapTuple oldtuple,
 									 HeapTuple newtuple,
 									 const OutboxColumns *cols);
@@ -228,6 +230,7 @@ static uint64 outbox_lock_then_update(OutboxPlanId id, Datum *values,
 									  const char *nulls);
 
 PG_FUNCTION_INFO_V1(outbox_state_guard);
+PG_FUNCTION_INFO_V1(outbox_inserted);
 PG_FUNCTION_INFO_V1(outbox_enqueue);
 PG_FUNCTION_INFO_V1(outbox_claim);
 PG_FUNCTION_INFO_V1(outbox_ack);
@@ -426,10 +429,18 @@ outbox_state_guard(PG_FUNCTION_ARGS)
 		return PointerGetDatum(trigdata->tg_trigtuple);
 	}
 
+	/*
+	 * Since 1.1 an AFTER INSERT trigger (outbox_inserted) wakes and counts
+	 * inserted rows, so that a row an ON CONFLICT clause did not insert does
+	 * neither; the guard is then created with the argument 'after_insert'.
+	 */
 	if (TRIGGER_FIRED_BY_INSERT(trigdata->tg_event))
 		return PointerGetDatum(outbox_guard_insert(trigdata->tg_relation,
 												   trigdata->tg_trigtuple,
-												   cols));
+												   cols,
+												   trigdata->tg_trigger->tgnargs == 0 ||
+												   strcmp(trigdata->tg_trigger->tgargs[0],
+														  "after_insert") != 0));
 
 	return PointerGetDatum(outbox_guard_update(trigdata->tg_relation,
 											   trigdata->tg_trigtuple,
@@ -1132,7 +1143,8 @@ outbox_int64_cmp(const void *a, const void *b)
  * NOT NULL columns are left for the table's constraints to report.
  */
 static HeapTuple
-outbox_guard_insert(Relation rel, HeapTuple tuple, const OutboxColumns *cols)
+outbox_guard_insert(Relation rel, HeapTuple tuple, const OutboxColumns *cols,
+					bool wake)
 {
 	TupleDesc	tupdesc = RelationGetDescr(rel);
 	Datum		d;
@@ -1195,14 +1207,67 @@ outbox_guard_insert(Relation rel, HeapTuple tuple, const OutboxColumns *cols)
 				 errdetail_internal("%s", problem),
 				 errtablecol(rel, cols->state)));
 
+	if (wake)
+		outbox_inserted_row(rel, tuple, cols);
+
+	return tuple;
+}
+
+/*
+ * outbox_inserted_row
+ *
+ * A row was inserted: count it, and wake relays when it is pending.
+ */
+static void
+outbox_inserted_row(Relation rel, HeapTuple tuple, const OutboxColumns *cols)
+{
+	TupleDesc	tupdesc = RelationGetDescr(rel);
+	bool		isnull;
+	Datum		id = heap_getattr(tuple, cols->id, tupdesc, &isnull);
+	Datum		d = heap_getattr(tuple, cols->state, tupdesc, &isnull);
+	OutboxState state;
+
+	if (isnull)
+		return;
+	state = outbox_parse_state(rel, cols->state, d, DatumGetInt64(id));
 	outbox_count_state(state, 1);
 	if (state == OUTBOX_PENDING)
 	{
 		outbox_count(OUTBOX_COUNT_ENQUEUED, 1);
-		outbox_wake(id);
+		outbox_wake(DatumGetInt64(id));
 	}
+}
 
-	return tuple;
+/*
+ * outbox_inserted
+ *
+ * AFTER INSERT ... FOR EACH ROW trigger: count the row that was really
+ * inserted and wake relays when it is pending (an INSERT ... ON CONFLICT that
+ * did not insert never gets here).  Raises 39P01 when misused.
+ */
+Datum
+outbox_inserted(PG_FUNCTION_ARGS)
+{
+	const char *funcname = "outbox_inserted";
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("function \"%s\" was not called by trigger manager",
+						funcname)));
+	if (!TRIGGER_FIRED_AFTER(trigdata->tg_event) ||
+		!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) ||
+		!TRIGGER_FIRED_BY_INSERT(trigdata->tg_event))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("function \"%s\" must be fired AFTER INSERT FOR EACH ROW",
+						funcname)));
+
+	outbox_inserted_row(trigdata->tg_relation, trigdata->tg_trigtuple,
+						outbox_columns(trigdata->tg_relation, funcname));
+
+	return PointerGetDatum(NULL);
 }
 
 /*
@@ -1552,9 +1617,19 @@ static OutboxDatabase *
 outbox_my_database(bool create)
 {
 	static OutboxDatabase *mine = NULL;
+	static bool full_logged = false;
 
 	if (mine == NULL && outbox_shared != NULL)
+	{
 		mine = outbox_database(MyDatabaseId, create);
+		if (mine == NULL && create && !full_logged)
+		{
+			ereport(LOG,
+					(errmsg("delivery_outbox tracks at most %d databases: no counters, commit wake-ups for outbox_wait() or deferred wake-ups in this one",
+							OUTBOX_MAX_DATABASES)));
+			full_logged = true;
+		}
+	}
 	return mine;
 }
 
@@ -1647,8 +1722,10 @@ outbox_xact_callback(XactEvent event, void *arg)
 			outbox_publish(db, level->deltas, level->made_pending);
 		}
 	}
+#if PG_VERSION_NUM >= 140000
 	else if (level != NULL && event == XACT_EVENT_PREPARE)
 		outbox_stash_prepared(level);
+#endif
 
 	switch (event)
 	{
@@ -1689,6 +1766,7 @@ outbox_publish(OutboxDatabase *db, const int64 *deltas, bool made_pending)
 		ConditionVariableBroadcast(&db->pending_cv);
 }
 
+#if PG_VERSION_NUM >= 140000
 /*
  * outbox_stash_prepared
  *
@@ -1760,12 +1838,12 @@ outbox_finish_prepared(const char *gid, bool commit)
 	}
 }
 
-#if PG_VERSION_NUM >= 140000
 /*
  * outbox_process_utility
  *
  * Follow two-phase commit: note the GID a transaction is prepared under, and
  * settle its stashed counters once COMMIT/ROLLBACK PREPARED has succeeded.
+ * Also give a dropped database's shared slot back.
  */
 static void
 outbox_process_utility(PlannedStmt *pstmt, const char *queryString,
@@ -1775,9 +1853,12 @@ outbox_process_utility(PlannedStmt *pstmt, const char *queryString,
 {
 	Node	   *parsetree = pstmt->utilityStmt;
 	TransactionStmt *stmt = NULL;
+	Oid			dropped = InvalidOid;
 
 	if (IsA(parsetree, TransactionStmt))
 		stmt = (TransactionStmt *) parsetree;
+	if (IsA(parsetree, DropdbStmt))
+		dropped = get_database_oid(((DropdbStmt *) parsetree)->dbname, true);
 	if (stmt != NULL && stmt->kind == TRANS_STMT_PREPARE)
 		strlcpy(outbox_prepare_gid, stmt->gid, GIDSIZE);
 
@@ -1792,6 +1873,8 @@ outbox_process_utility(PlannedStmt *pstmt, const char *queryString,
 						 stmt->kind == TRANS_STMT_ROLLBACK_PREPARED))
 		outbox_finish_prepared(stmt->gid,
 							   stmt->kind == TRANS_STMT_COMMIT_PREPARED);
+	if (OidIsValid(dropped))
+		outbox_forget_database(dropped);
 }
 #endif
 

@@ -108,6 +108,7 @@ extern int	outbox_handover_size;
 
 extern void outbox_sweeper_init(void);
 extern OutboxDatabase *outbox_database(Oid dboid, bool create);
+extern void outbox_forget_database(Oid dboid);
 extern void outbox_handover(OutboxDatabase *db, const int64 *ids, int nids);
 extern PGDLLEXPORT void outbox_sweeper_main(Datum main_arg);
 

@@ -44,7 +44,9 @@
 #include "storage/proc.h"
 #include "storage/shmem.h"
 #include "tcop/tcopprot.h"
+#if PG_VERSION_NUM >= 140000
 #include "utils/backend_status.h"
+#endif
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
@@ -59,6 +61,9 @@
 /* Rows one sweep pass reclaims, and purges, at most. */
 #define SWEEPER_MAX_ROWS		10000
 
+/* Wake-up batches sent before the loop looks at its other duties again. */
+#define SWEEPER_MAX_BATCHES		4
+
 static void sweeper_shmem_request(void);
 static void sweeper_shmem_startup(void);
 static Size sweeper_shmem_size(void);
@@ -66,8 +71,9 @@ static int	sweeper_count_databases(void);
 static bool sweeper_database_check(char **newval, void **extra,
 								   GucSource source);
 static void sweeper_detach(int code, Datum arg);
-static void sweeper_send_wakeups(OutboxDatabase *db);
+static bool sweeper_send_wakeups(OutboxDatabase *db, int max_batches);
 static bool sweeper_sweep(OutboxDatabase *db);
+static void sweeper_recover(void);
 
 /* GUC variables */
 char	   *outbox_database_names = NULL;
@@ -83,8 +89,9 @@ static shmem_request_hook_type prev_shmem_request_hook = NULL;
 #endif
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
-/* The worker's own slot. */
+/* The worker's own slot, and its wake-up batch buffer. */
 static OutboxDatabase *sweeper_db = NULL;
+static int64 *sweeper_batch = NULL;
 
 /*
  * outbox_sweeper_init
@@ -198,6 +205,24 @@ sweeper_database_check(char **newval, void **extra, GucSource source)
 		GUC_check_errdetail("At most %d databases can be served.",
 							OUTBOX_MAX_WORKERS);
 		ok = false;
+	}
+	else
+	{
+		ListCell   *a;
+		ListCell   *b;
+
+		foreach(a, names)
+		{
+			for_each_cell(b, names, lnext(names, a))
+			{
+				if (strcmp(lfirst(a), lfirst(b)) == 0)
+				{
+					GUC_check_errdetail("Database \"%s\" is listed twice.",
+										(char *) lfirst(a));
+					ok = false;
+				}
+			}
+		}
 	}
 	list_free(names);
 	pfree(raw);
@@ -343,6 +368,37 @@ outbox_database(Oid dboid, bool create)
 }
 
 /*
+ * outbox_forget_database
+ *
+ * The database was dropped: give its slot back, counters cleared, unless a
+ * worker's ring is attached to it (a served database keeps its slot; its
+ * worker cannot connect any more and retries until the list changes).
+ */
+void
+outbox_forget_database(Oid dboid)
+{
+	int			i;
+
+	if (outbox_shared == NULL)
+		return;
+
+	SpinLockAcquire(&outbox_shared->mutex);
+	for (i = 0; i < OUTBOX_MAX_DATABASES; i++)
+	{
+		OutboxDatabase *db = &outbox_shared->databases[i];
+		int			c;
+
+		if (db->dboid != dboid || db->ring >= 0)
+			continue;
+		for (c = 0; c < OUTBOX_NUM_COUNTERS; c++)
+			pg_atomic_write_u64(&db->counters[c], 0);
+		pg_atomic_write_u32(&db->backlog_valid, 0);
+		db->dboid = InvalidOid;
+	}
+	SpinLockRelease(&outbox_shared->mutex);
+}
+
+/*
  * outbox_handover
  *
  * Called by a committed producer (notify = deferred): append the ids to the
@@ -399,8 +455,8 @@ outbox_sweeper_main(Datum main_arg)
 {
 	int			index = DatumGetInt32(main_arg);
 	char	   *dbname;
-	TimestampTz next_sweep = 0;
-	bool		missing_logged = false;
+	volatile TimestampTz next_sweep = 0;
+	volatile bool missing_logged = false;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -413,8 +469,18 @@ outbox_sweeper_main(Datum main_arg)
 	BackgroundWorkerInitializeConnection(dbname, NULL, 0);
 	pgstat_report_appname("delivery_outbox sweeper");
 
-	/* wake-ups need no durability: do not wait for WAL flushes */
+	/*
+	 * Wake-ups need no durability: do not wait for WAL flushes.  Passes are
+	 * bounded by themselves; a database-wide timeout must not abort them.
+	 */
 	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("statement_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("lock_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("idle_in_transaction_session_timeout", "0", PGC_SUSET,
+					PGC_S_OVERRIDE);
+
+	sweeper_batch = MemoryContextAlloc(TopMemoryContext,
+									   sizeof(int64) * SWEEPER_NOTIFY_BATCH);
 
 	sweeper_db = outbox_database(MyDatabaseId, true);
 	if (sweeper_db == NULL)
@@ -438,6 +504,8 @@ outbox_sweeper_main(Datum main_arg)
 	{
 		TimestampTz now;
 		long		timeout;
+		bool		more = false;
+		bool		failed = false;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -447,37 +515,72 @@ outbox_sweeper_main(Datum main_arg)
 			next_sweep = 0;		/* apply a new interval right away */
 		}
 
-		sweeper_send_wakeups(sweeper_db);
+		now = GetCurrentTimestamp();
+		PG_TRY();
+		{
+			more = sweeper_send_wakeups(sweeper_db, SWEEPER_MAX_BATCHES);
+
+			if (now >= next_sweep)
+			{
+				/* due or not, the next pass is an interval away */
+				next_sweep = TimestampTzPlusMilliseconds(now,
+														 outbox_sweep_interval);
+				if (sweeper_sweep(sweeper_db))
+				{
+					if (missing_logged)
+						ereport(LOG,
+								(errmsg("delivery_outbox sweeper: extension found in database \"%s\", sweeping",
+										dbname)));
+					missing_logged = false;
+				}
+				else if (!missing_logged)
+				{
+					ereport(LOG,
+							(errmsg("delivery_outbox sweeper: extension \"%s\" is not installed in database \"%s\", waiting",
+									OUTBOX_EXTENSION_NAME, dbname)));
+					missing_logged = true;
+				}
+			}
+		}
+		PG_CATCH();
+		{
+			sweeper_recover();
+			failed = true;
+		}
+		PG_END_TRY();
+
+		if (more && !failed)
+			continue;			/* wake-ups still waiting: no sleep */
 
 		now = GetCurrentTimestamp();
-		if (now >= next_sweep)
-		{
-			if (sweeper_sweep(sweeper_db))
-			{
-				if (missing_logged)
-					ereport(LOG,
-							(errmsg("delivery_outbox sweeper: extension found in database \"%s\", sweeping",
-									dbname)));
-				missing_logged = false;
-			}
-			else if (!missing_logged)
-			{
-				ereport(LOG,
-						(errmsg("delivery_outbox sweeper: extension \"%s\" is not installed in database \"%s\", waiting",
-								OUTBOX_EXTENSION_NAME, dbname)));
-				missing_logged = true;
-			}
-			now = GetCurrentTimestamp();
-			next_sweep = TimestampTzPlusMilliseconds(now, outbox_sweep_interval);
-		}
-
 		timeout = TimestampDifferenceMilliseconds(now, next_sweep);
+		if (failed)
+			timeout = Min(timeout, 1000);	/* retry, but not in a hot loop */
 		(void) WaitLatch(MyLatch,
 						 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 Max(timeout, 1),
+						 Max(timeout, failed ? 1000 : 1),
 						 PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 	}
+}
+
+/*
+ * sweeper_recover
+ *
+ * An error in a pass: report it, abort the transaction, and go on with the
+ * loop (the worker does not exit for an error it may well meet again; the
+ * loop retries after a second).  The wake-ups of a failed batch are lost.
+ */
+static void
+sweeper_recover(void)
+{
+	HOLD_INTERRUPTS();
+	EmitErrorReport();
+	AbortOutOfAnyTransaction();
+	FlushErrorState();
+	MemoryContextSwitchTo(TopMemoryContext);
+	pgstat_report_activity(STATE_IDLE, NULL);
+	RESUME_INTERRUPTS();
 }
 
 /*
@@ -501,23 +604,21 @@ sweeper_detach(int code, Datum arg)
 /*
  * sweeper_send_wakeups
  *
- * NOTIFY every id waiting in the ring, SWEEPER_NOTIFY_BATCH per
- * transaction.
+ * NOTIFY the ids waiting in the ring, SWEEPER_NOTIFY_BATCH per transaction,
+ * at most max_batches transactions.  Returns true when ids are still waiting.
  */
-static void
-sweeper_send_wakeups(OutboxDatabase *db)
+static bool
+sweeper_send_wakeups(OutboxDatabase *db, int max_batches)
 {
-	int64	   *batch = NULL;
+	int			size = outbox_shared->ring_size;
+	int64	   *ring = &outbox_shared->rings[(Size) db->ring * size];
+	int			batches;
+	bool		more;
 
-	for (;;)
+	for (batches = 0; batches < max_batches; batches++)
 	{
 		int			n = 0;
-		int			size = outbox_shared->ring_size;
-		int64	   *ring = &outbox_shared->rings[(Size) db->ring * size];
 		int			i;
-
-		if (batch == NULL)
-			batch = palloc(sizeof(int64) * SWEEPER_NOTIFY_BATCH);
 
 		while (n < SWEEPER_NOTIFY_BATCH)
 		{
@@ -528,7 +629,7 @@ sweeper_send_wakeups(OutboxDatabase *db)
 										  SWEEPER_NOTIFY_BATCH - n),
 							 db->ring_head - db->ring_tail);
 			for (i = 0; i < take; i++)
-				batch[n + i] = ring[(db->ring_tail + i) % size];
+				sweeper_batch[n + i] = ring[(db->ring_tail + i) % size];
 			db->ring_tail += take;
 			SpinLockRelease(&db->mutex);
 			if (take == 0)
@@ -536,65 +637,73 @@ sweeper_send_wakeups(OutboxDatabase *db)
 			n += take;
 		}
 		if (n == 0)
-			break;
+			return false;
 
 		StartTransactionCommand();
 		pgstat_report_activity(STATE_RUNNING, "delivery_outbox: sending wake-ups");
 		for (i = 0; i < n; i++)
-			outbox_notify(batch[i]);
+			outbox_notify(sweeper_batch[i]);
 		CommitTransactionCommand();
 		pgstat_report_activity(STATE_IDLE, NULL);
 	}
 
-	if (batch != NULL)
-		pfree(batch);
+	SpinLockAcquire(&db->mutex);
+	more = db->ring_head != db->ring_tail;
+	SpinLockRelease(&db->mutex);
+	return more;
 }
 
 /*
  * sweeper_sweep
  *
- * One bounded pass: reclaim and purge in one transaction, then re-count the
- * backlog in another.  Each transaction first locks the outbox table (and
- * re-checks that it is still the extension's), so DROP EXTENSION waits for a
- * pass instead of failing it.  Returns false when the extension is not
+ * One bounded pass: reclaim, purge and re-count the backlog, each in a
+ * transaction of its own, with waiting wake-ups sent in between so that a
+ * pass delays them little.  Each transaction first locks the outbox table
+ * (and re-checks that it is still the extension's), so DROP EXTENSION waits
+ * for a step instead of failing it.  Returns false when the extension is not
  * installed in this database.
  */
 static bool
 sweeper_sweep(OutboxDatabase *db)
 {
-	TimestampTz now;
+	int			step;
 
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	if (!outbox_lock_table())
+	for (step = 0; step < 3; step++)
 	{
+		TimestampTz now;
+		bool		installed;
+
+		if (step == 0 ? outbox_reclaim_after < 0 :
+			step == 1 ? outbox_retain_acked < 0 : false)
+			continue;
+
+		SetCurrentStatementStartTimestamp();
+		StartTransactionCommand();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		installed = outbox_lock_table();
+		if (installed)
+		{
+			pgstat_report_activity(STATE_RUNNING, "delivery_outbox: sweep");
+			now = GetCurrentTimestamp();
+			if (step == 0)
+				(void) outbox_reclaim_rows(TimestampTzPlusMilliseconds(now,
+																	   -(int64) outbox_reclaim_after * 1000),
+										   SWEEPER_MAX_ROWS);
+			else if (step == 1)
+				(void) outbox_purge_rows(TimestampTzPlusMilliseconds(now,
+																	 -(int64) outbox_retain_acked * 1000),
+										 SWEEPER_MAX_ROWS);
+			else
+				outbox_sync_backlog(db);	/* after the pass's own changes */
+		}
 		PopActiveSnapshot();
 		CommitTransactionCommand();
-		return false;
+		pgstat_report_activity(STATE_IDLE, NULL);
+		if (!installed)
+			return false;
+
+		(void) sweeper_send_wakeups(db, SWEEPER_MAX_BATCHES);
 	}
-	pgstat_report_activity(STATE_RUNNING, "delivery_outbox: sweep");
-
-	now = GetCurrentTimestamp();
-	if (outbox_reclaim_after >= 0)
-		(void) outbox_reclaim_rows(TimestampTzPlusMilliseconds(now,
-															   -(int64) outbox_reclaim_after * 1000),
-								   SWEEPER_MAX_ROWS);
-	if (outbox_retain_acked >= 0)
-		(void) outbox_purge_rows(TimestampTzPlusMilliseconds(now,
-															 -(int64) outbox_retain_acked * 1000),
-								 SWEEPER_MAX_ROWS);
-	PopActiveSnapshot();
-	CommitTransactionCommand();
-
-	/* count the backlog after the sweep's own changes are published */
-	StartTransactionCommand();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	if (outbox_lock_table())
-		outbox_sync_backlog(db);
-	PopActiveSnapshot();
-	CommitTransactionCommand();
-	pgstat_report_activity(STATE_IDLE, NULL);
 	pgstat_report_stat(true);
 
 	return true;
