@@ -31,6 +31,12 @@ ALTER TABLE delivery_outbox ENABLE ALWAYS TRIGGER zz_delivery_outbox_inserted;
 
 REVOKE ALL ON FUNCTION outbox_inserted() FROM PUBLIC;
 
+-- Purging (outbox_purge, the sweeper's retain_acked) reads acked rows by
+-- the time they were acked, instead of scanning the whole table.
+CREATE INDEX delivery_outbox_acked_idx
+    ON delivery_outbox (acked_at)
+    WHERE delivery_state OPERATOR(pg_catalog.=) 'acked';
+
 -- Many rows in one call: ids come back in input order.
 CREATE FUNCTION outbox_enqueue_batch(recipients text[], kinds text[],
                                      payloads bytea[],

@@ -2230,7 +2230,7 @@ outbox_plan_sql(OutboxPlanId id, const char *t)
 							"SELECT id FROM %1$s"
 							" WHERE delivery_state OPERATOR(pg_catalog.=) 'acked'"
 							" AND acked_at OPERATOR(pg_catalog.<) $1"
-							" ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)"
+							" ORDER BY acked_at LIMIT $2 FOR UPDATE SKIP LOCKED)"
 							" DELETE FROM %1$s o USING d"
 							" WHERE o.id OPERATOR(pg_catalog.=) d.id", t);
 
