@@ -67,6 +67,7 @@
 #include "pgstat.h"
 #include "tcop/utility.h"
 #include "storage/lmgr.h"
+#include "storage/proc.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
@@ -1542,14 +1543,26 @@ outbox_wake(int64 id)
 void
 outbox_notify(int64 id)
 {
+	static LocalTransactionId checked_in = InvalidLocalTransactionId;
+	static double usage = 0.0;
 	char		payload[32];
-	double		usage;
+#if PG_VERSION_NUM >= 170000
+	LocalTransactionId lxid = MyProc->vxid.lxid;
+#else
+	LocalTransactionId lxid = MyProc->lxid;
+#endif
 
+	/*
+	 * The queue fills slowly and only at commits: read its usage once per
+	 * transaction, not once per row (it takes NotifyQueueLock).
+	 */
+	if (lxid != checked_in)
 	{
 		LOCAL_FCINFO(usage_fcinfo, 0);
 
 		InitFunctionCallInfoData(*usage_fcinfo, NULL, 0, InvalidOid, NULL, NULL);
 		usage = DatumGetFloat8(pg_notification_queue_usage(usage_fcinfo));
+		checked_in = lxid;
 	}
 
 	if (usage >= outbox_notify_queue_limit)
@@ -2407,6 +2420,21 @@ outbox_ack_internal(Datum ids, Datum recipient, char recipient_null)
 	values[1] = recipient;
 
 	SPI_connect();
+
+	/*
+	 * One id without a recipient filter, the common case: ack a delivered
+	 * row in one statement.  (Only several rows need locking in id order
+	 * first; a row found otherwise takes the general path below.)
+	 */
+	if (recipient_null == 'n' &&
+		ArrayGetNItems(ARR_NDIM(DatumGetArrayTypeP(ids)),
+					   ARR_DIMS(DatumGetArrayTypeP(ids))) == 1 &&
+		outbox_execute(OUTBOX_PLAN_ACK_FINISH, values, NULL, SPI_OK_UPDATE) == 1)
+	{
+		SPI_finish();
+		return 1;
+	}
+
 	nlocked = outbox_execute(recipient_null == 'n' ?
 							 OUTBOX_PLAN_ACK_LOCK : OUTBOX_PLAN_ACK_LOCK_R,
 							 values, nulls, SPI_OK_SELECT);
