@@ -50,24 +50,24 @@
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "access/xact.h"
-#include "catalog/indexing.h"
 #include "catalog/dependency.h"
+#include "catalog/indexing.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_depend.h"
 #include "catalog/pg_extension.h"
 #include "catalog/pg_type.h"
 #include "commands/async.h"
-#include "commands/extension.h"
 #include "commands/dbcommands.h"
+#include "commands/extension.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
-#include "tcop/utility.h"
 #include "storage/lmgr.h"
 #include "storage/proc.h"
+#include "tcop/utility.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
@@ -172,6 +172,7 @@ typedef struct OutboxXactLevel
 
 void		_PG_init(void);
 
+static void outbox_spi_connect(void);
 static void outbox_relcache_callback(Datum arg, Oid relid);
 static void outbox_syscache_callback(Datum arg, int cacheid, uint32 hashvalue);
 static Oid	outbox_member_table(Oid ext_oid);
@@ -475,7 +476,7 @@ outbox_enqueue(PG_FUNCTION_ARGS)
 	values[2] = PG_GETARG_DATUM(2);
 	values[3] = outbox_null_text(fcinfo, 3, &nulls[3]);
 
-	SPI_connect();
+	outbox_spi_connect();
 	outbox_execute(OUTBOX_PLAN_ENQUEUE, values, nulls, SPI_OK_INSERT_RETURNING);
 	if (SPI_processed != 1)
 		elog(ERROR, "outbox insert returned " UINT64_FORMAT " rows", SPI_processed);
@@ -512,7 +513,7 @@ outbox_claim(PG_FUNCTION_ARGS)
 
 	tupstore = outbox_begin_srf(fcinfo);
 
-	SPI_connect();
+	outbox_spi_connect();
 	outbox_execute(OUTBOX_PLAN_CLAIM + variant, values, nulls, SPI_OK_SELECT);
 	outbox_put_rows(tupstore);
 	SPI_finish();
@@ -700,7 +701,7 @@ outbox_replay(PG_FUNCTION_ARGS)
 
 	tupstore = outbox_begin_srf(fcinfo);
 
-	SPI_connect();
+	outbox_spi_connect();
 	outbox_execute(nulls[3] == 'n' ? OUTBOX_PLAN_REPLAY : OUTBOX_PLAN_REPLAY_T,
 				   values, nulls, SPI_OK_SELECT);
 	outbox_put_rows(tupstore);
@@ -741,7 +742,7 @@ outbox_purge_rows(TimestampTz cutoff, int64 max_rows)
 	if (max_rows <= 0)
 		nulls[1] = 'n';
 
-	SPI_connect();
+	outbox_spi_connect();
 	count = outbox_execute(OUTBOX_PLAN_PURGE, values, nulls, SPI_OK_DELETE);
 	SPI_finish();
 
@@ -772,7 +773,7 @@ outbox_stats(PG_FUNCTION_ARGS)
 		elog(ERROR, "outbox_stats() is declared with %d columns, expected %d",
 			 tupdesc->natts, (int) lengthof(values));
 
-	SPI_connect();
+	outbox_spi_connect();
 	outbox_execute(OUTBOX_PLAN_STATS, &now, NULL, SPI_OK_SELECT);
 	if (SPI_processed != 1)
 		elog(ERROR, "outbox statistics query returned " UINT64_FORMAT " rows",
@@ -827,7 +828,7 @@ outbox_enqueue_batch(PG_FUNCTION_ARGS)
 			ereport(ERROR,
 					(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
 					 errmsg("outbox batch arrays must have equal lengths"),
-					 errdetail("recipients has %d elements, %s has %d.",
+					 errdetail("Array recipients has length %d; array %s has length %d.",
 							   n[0], a == 1 ? "kinds" : a == 2 ? "payloads" : "tenant_ids",
 							   n[a])));
 	}
@@ -836,7 +837,7 @@ outbox_enqueue_batch(PG_FUNCTION_ARGS)
 	if (n[0] == 0)
 		return (Datum) 0;
 
-	SPI_connect();
+	outbox_spi_connect();
 	outbox_execute(OUTBOX_PLAN_ENQUEUE_BATCH, values, nulls,
 				   SPI_OK_INSERT_RETURNING);
 	if (SPI_processed != (uint64) n[0])
@@ -933,7 +934,7 @@ outbox_wait(PG_FUNCTION_ARGS)
 		if (db != NULL)
 			ConditionVariablePrepareToSleep(&db->pending_cv);
 
-		SPI_connect();
+		outbox_spi_connect();
 		found = outbox_execute(plan, values, nulls, SPI_OK_SELECT) > 0;
 		SPI_finish();
 
@@ -967,10 +968,13 @@ outbox_wait(PG_FUNCTION_ARGS)
  *
  * One row per database that shared memory tracks: the counters since server
  * start and the open backlog.  Reading them is O(1); only when this
- * database's backlog has not been counted yet since the server started is it
- * counted here, from the open-row indexes.  Needs shared_preload_libraries
- * (55000 otherwise).
+ * database's backlog has not been counted since the server started (or, in
+ * a database no worker serves, not for OUTBOX_RECOUNT_MS) is it counted
+ * here, from the open-row index.  Needs shared_preload_libraries (55000
+ * otherwise).
  */
+#define OUTBOX_RECOUNT_MS		60000
+
 Datum
 outbox_activity(PG_FUNCTION_ARGS)
 {
@@ -994,7 +998,18 @@ outbox_activity(PG_FUNCTION_ARGS)
 	{
 		OutboxDatabase *mine = outbox_my_database(true);
 
-		if (mine != NULL && pg_atomic_read_u32(&mine->backlog_valid) == 0 &&
+		/*
+		 * Count when never counted since the start; where no worker
+		 * re-counts at every sweep, also when the last count is older than
+		 * OUTBOX_RECOUNT_MS, so that drift (TRUNCATE, a dropped extension)
+		 * does not last.
+		 */
+		if (mine != NULL &&
+			(pg_atomic_read_u32(&mine->backlog_valid) == 0 ||
+			 (mine->worker_pid == 0 &&
+			  TimestampDifferenceExceeds((TimestampTz) pg_atomic_read_u64(&mine->backlog_counted_at),
+										 GetCurrentTimestamp(),
+										 OUTBOX_RECOUNT_MS))) &&
 			outbox_installed())
 			outbox_sync_backlog(mine);
 	}
@@ -1044,7 +1059,7 @@ outbox_sync_backlog(OutboxDatabase *db)
 
 	if (db == NULL)
 		return;
-	SPI_connect();
+	outbox_spi_connect();
 	outbox_execute(OUTBOX_PLAN_BACKLOG, NULL, NULL, SPI_OK_SELECT);
 	pg_atomic_write_u64(&db->counters[OUTBOX_COUNT_BACKLOG_PENDING],
 						(uint64) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
@@ -1055,6 +1070,7 @@ outbox_sync_backlog(OutboxDatabase *db)
 															 SPI_tuptable->tupdesc,
 															 2, &isnull)));
 	pg_atomic_write_u32(&db->backlog_valid, 1);
+	pg_atomic_write_u64(&db->backlog_counted_at, (uint64) GetCurrentTimestamp());
 	SPI_finish();
 
 	/*
@@ -1341,7 +1357,8 @@ outbox_guard_update(Relation rel, HeapTuple oldtuple, HeapTuple newtuple,
 				(errcode(ERRCODE_CHECK_VIOLATION),
 				 errmsg("illegal delivery_state transition from \"%s\" to \"%s\" for outbox row " INT64_FORMAT,
 						outbox_state_names[from], outbox_state_names[to], id),
-				 errdetail("Allowed transitions are pending to delivered, delivered to acked and delivered to pending; acked rows never change."),
+				 errdetail("Row " INT64_FORMAT " is \"%s\" and cannot become \"%s\": allowed transitions are pending to delivered, delivered to acked and delivered to pending, and acked rows never change.",
+						   id, outbox_state_names[from], outbox_state_names[to]),
 				 errtablecol(rel, cols->state)));
 
 	for (i = 0; i < (int) lengthof(immutable); i++)
@@ -1573,7 +1590,7 @@ outbox_notify(int64 id)
 					(errmsg("delivery_outbox: notification queue is %.1f%% full, skipping wake-ups for new rows",
 							usage * 100.0),
 					 errdetail("The rows are kept; relays find them by draining the table."),
-					 errhint("A session that LISTENs without consuming its notifications holds the queue; \"%s.notify_queue_limit\" is %g.",
+					 errhint("Find the session that LISTENs without consuming its notifications (often one idle in a long transaction, see pg_stat_activity), or raise \"%s.notify_queue_limit\" (now %g).",
 							 OUTBOX_GUC_PREFIX, outbox_notify_queue_limit)));
 			outbox_skip_logged = true;
 		}
@@ -2296,9 +2313,10 @@ outbox_plan_sql(OutboxPlanId id, const char *t)
  * outbox_plan
  *
  * The prepared, kept plan of one statement.  It is prepared once per backend
- * (and again only after the extension was dropped and recreated), with
- * search_path forced to pg_catalog so that nothing a caller put on it can be
- * bound into the plan; the plan cache replans under that same path.
+ * (and again only after the extension was dropped and recreated).  Safety
+ * from a caller's search_path comes from every name in the statements being
+ * qualified, so the plan cache may re-parse them under any path; the path is
+ * also forced to pg_catalog for the first parse, as a second line.
  */
 static SPIPlanPtr
 outbox_plan(OutboxPlanId id)
@@ -2359,6 +2377,20 @@ outbox_plan(OutboxPlanId id)
 }
 
 /*
+ * outbox_spi_connect
+ *
+ * SPI_connect, checked.
+ */
+static void
+outbox_spi_connect(void)
+{
+	int			rc = SPI_connect();
+
+	if (rc != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed: %s", SPI_result_code_string(rc));
+}
+
+/*
  * outbox_execute
  *
  * Run one kept statement; the caller is connected to SPI.  Anything but the
@@ -2389,7 +2421,7 @@ outbox_lock_then_update(OutboxPlanId id, Datum *values, const char *nulls)
 {
 	uint64		count;
 
-	SPI_connect();
+	outbox_spi_connect();
 	count = outbox_execute(id, values, nulls, SPI_OK_UPDATE);
 	SPI_finish();
 	return count;
@@ -2419,7 +2451,7 @@ outbox_ack_internal(Datum ids, Datum recipient, char recipient_null)
 	values[0] = ids;
 	values[1] = recipient;
 
-	SPI_connect();
+	outbox_spi_connect();
 
 	/*
 	 * One id without a recipient filter, the common case: ack a delivered

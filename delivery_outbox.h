@@ -67,6 +67,7 @@ typedef struct OutboxDatabase
 	Oid			dboid;			/* InvalidOid: slot unused */
 	pg_atomic_uint64 counters[OUTBOX_NUM_COUNTERS];
 	pg_atomic_uint32 backlog_valid; /* gauges hold a count plus deltas */
+	pg_atomic_uint64 backlog_counted_at;	/* TimestampTz of that count */
 	ConditionVariable pending_cv;	/* broadcast when rows became pending */
 
 	slock_t		mutex;			/* protects the fields below */

@@ -313,6 +313,7 @@ sweeper_shmem_startup(void)
 			for (c = 0; c < OUTBOX_NUM_COUNTERS; c++)
 				pg_atomic_init_u64(&db->counters[c], 0);
 			pg_atomic_init_u32(&db->backlog_valid, 0);
+			pg_atomic_init_u64(&db->backlog_counted_at, 0);
 			ConditionVariableInit(&db->pending_cv);
 			SpinLockInit(&db->mutex);
 			db->ring = -1;
@@ -477,6 +478,9 @@ outbox_sweeper_main(Datum main_arg)
 	SetConfigOption("statement_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("lock_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("idle_in_transaction_session_timeout", "0", PGC_SUSET,
+					PGC_S_OVERRIDE);
+	/* the same path the kept plans were first parsed under: no re-parsing */
+	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET,
 					PGC_S_OVERRIDE);
 
 	sweeper_batch = MemoryContextAlloc(TopMemoryContext,

@@ -240,9 +240,12 @@ run_logged()
 outbox_build()
 {
     local out=$OUTBOX_WORK/build.log
-    log "building in $OUTBOX_SRC (any compiler warning fails the build)"
+    # -Wall comes from PGXS; -Wextra is ours (unused parameters are the
+    # norm in fmgr and hook signatures)
+    local cflags=${PG_CFLAGS:--Wextra -Wno-unused-parameter}
+    log "building in $OUTBOX_SRC with $cflags (any compiler warning fails the build)"
     run_logged "$out" as_user make -C "$OUTBOX_SRC" PG_CONFIG="$PG_CONFIG" \
-        ${PG_CFLAGS:+"PG_CFLAGS=$PG_CFLAGS"} ||
+        "PG_CFLAGS=$cflags" ||
         die "build failed"
     if grep -q 'warning:' "$out"; then
         [ "${OUTBOX_QUIET:-0}" = 1 ] && cat "$out"
