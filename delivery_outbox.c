@@ -2145,6 +2145,12 @@ outbox_member_table(Oid ext_oid)
  * state literals stay literal (so the partial indexes' predicates are proven
  * from the query text, whatever the parameter values), and each multi-row
  * change either skips locked rows or first locks its rows ORDER BY id.
+ *
+ * Where rows are found by id (acks, release, the UPDATE half of every
+ * lock-then-update), the state is re-checked in function form,
+ * pg_catalog.texteq(): the same test, but one no partial index predicate can
+ * be proven from, so the planner cannot trade the primary key lookup for a
+ * scan of a whole partial index, with or without statistics.
  */
 static char *
 outbox_plan_sql(OutboxPlanId id, const char *t)
@@ -2169,7 +2175,7 @@ outbox_plan_sql(OutboxPlanId id, const char *t)
 								" u AS ("
 								"UPDATE %1$s o SET delivery_state = 'delivered' FROM c"
 								" WHERE o.id OPERATOR(pg_catalog.=) c.id"
-								" AND o.delivery_state OPERATOR(pg_catalog.=) 'pending'"
+								" AND pg_catalog.texteq(o.delivery_state, 'pending')"
 								" RETURNING o)"
 								" SELECT u.o FROM u ORDER BY (u.o).id",
 								t,
@@ -2182,7 +2188,7 @@ outbox_plan_sql(OutboxPlanId id, const char *t)
 			return psprintf("SELECT id, delivery_state OPERATOR(pg_catalog.=) 'pending'"
 							" FROM %s"
 							" WHERE id OPERATOR(pg_catalog.=) ANY ($1)"
-							" AND delivery_state OPERATOR(pg_catalog.=) ANY ('{pending,delivered}'::pg_catalog.text[])%s"
+							" AND NOT pg_catalog.texteq(delivery_state, 'acked')%s"
 							" ORDER BY id FOR UPDATE",
 							t,
 							id == OUTBOX_PLAN_ACK_LOCK_R ?
@@ -2191,22 +2197,22 @@ outbox_plan_sql(OutboxPlanId id, const char *t)
 		case OUTBOX_PLAN_ACK_DELIVER:
 			return psprintf("UPDATE %s SET delivery_state = 'delivered'"
 							" WHERE id OPERATOR(pg_catalog.=) ANY ($1)"
-							" AND delivery_state OPERATOR(pg_catalog.=) 'pending'", t);
+							" AND pg_catalog.texteq(delivery_state, 'pending')", t);
 
 		case OUTBOX_PLAN_ACK_FINISH:
 			return psprintf("UPDATE %s SET delivery_state = 'acked'"
 							" WHERE id OPERATOR(pg_catalog.=) ANY ($1)"
-							" AND delivery_state OPERATOR(pg_catalog.=) 'delivered'", t);
+							" AND pg_catalog.texteq(delivery_state, 'delivered')", t);
 
 		case OUTBOX_PLAN_RELEASE:
 			return psprintf("WITH l AS ("
 							"SELECT id FROM %1$s"
 							" WHERE id OPERATOR(pg_catalog.=) ANY ($1)"
-							" AND delivery_state OPERATOR(pg_catalog.=) 'delivered'"
+							" AND pg_catalog.texteq(delivery_state, 'delivered')"
 							" ORDER BY id FOR UPDATE)"
 							" UPDATE %1$s o SET delivery_state = 'pending' FROM l"
 							" WHERE o.id OPERATOR(pg_catalog.=) l.id"
-							" AND o.delivery_state OPERATOR(pg_catalog.=) 'delivered'", t);
+							" AND pg_catalog.texteq(o.delivery_state, 'delivered')", t);
 
 		case OUTBOX_PLAN_RECLAIM:
 			return psprintf("WITH c AS ("
@@ -2216,7 +2222,7 @@ outbox_plan_sql(OutboxPlanId id, const char *t)
 							" ORDER BY delivered_at LIMIT $2 FOR UPDATE SKIP LOCKED)"
 							" UPDATE %1$s o SET delivery_state = 'pending' FROM c"
 							" WHERE o.id OPERATOR(pg_catalog.=) c.id"
-							" AND o.delivery_state OPERATOR(pg_catalog.=) 'delivered'", t);
+							" AND pg_catalog.texteq(o.delivery_state, 'delivered')", t);
 
 		case OUTBOX_PLAN_RESYNC:
 		case OUTBOX_PLAN_RESYNC_NULL_TENANT:
@@ -2228,7 +2234,7 @@ outbox_plan_sql(OutboxPlanId id, const char *t)
 							" ORDER BY id FOR UPDATE)"
 							" UPDATE %1$s o SET delivery_state = 'pending' FROM l"
 							" WHERE o.id OPERATOR(pg_catalog.=) l.id"
-							" AND o.delivery_state OPERATOR(pg_catalog.=) 'delivered'",
+							" AND pg_catalog.texteq(o.delivery_state, 'delivered')",
 							t,
 							id == OUTBOX_PLAN_RESYNC ?
 							"tenant_id OPERATOR(pg_catalog.=) $2" :
@@ -2242,7 +2248,7 @@ outbox_plan_sql(OutboxPlanId id, const char *t)
 							" ORDER BY id FOR UPDATE)"
 							" UPDATE %1$s o SET recipient = $2, delivery_state = 'pending'"
 							" FROM l WHERE o.id OPERATOR(pg_catalog.=) l.id"
-							" AND o.delivery_state OPERATOR(pg_catalog.=) ANY ('{pending,delivered}'::pg_catalog.text[])", t);
+							" AND NOT pg_catalog.texteq(o.delivery_state, 'acked')", t);
 
 		case OUTBOX_PLAN_REPLAY:
 		case OUTBOX_PLAN_REPLAY_T:
