@@ -66,6 +66,7 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/lmgr.h"
+#include "storage/proclist.h"
 #include "storage/proc.h"
 #include "tcop/utility.h"
 #include "utils/array.h"
@@ -1792,8 +1793,18 @@ outbox_publish(OutboxDatabase *db, const int64 *deltas, bool made_pending)
 		if (deltas[c] != 0)
 			pg_atomic_fetch_add_u64(&db->counters[c], deltas[c]);
 	}
+	/*
+	 * Skip the CV's spinlock when nobody waits.  The unlocked look is safe:
+	 * our commit is already visible, and a waiter checks the table after
+	 * putting itself on the list, so after the barrier either we see the
+	 * waiter or the waiter sees our rows.
+	 */
 	if (made_pending)
-		ConditionVariableBroadcast(&db->pending_cv);
+	{
+		pg_memory_barrier();
+		if (!proclist_is_empty(&db->pending_cv.wakeup))
+			ConditionVariableBroadcast(&db->pending_cv);
+	}
 }
 
 #if PG_VERSION_NUM >= 140000

@@ -64,6 +64,9 @@
 /* Wake-up batches sent before the loop looks at its other duties again. */
 #define SWEEPER_MAX_BATCHES		4
 
+/* After sending wake-ups, how long to let more gather before the next. */
+#define SWEEPER_GATHER_MS		1
+
 static void sweeper_shmem_request(void);
 static void sweeper_shmem_startup(void);
 static Size sweeper_shmem_size(void);
@@ -74,6 +77,7 @@ static void sweeper_detach(int code, Datum arg);
 static bool sweeper_send_wakeups(OutboxDatabase *db, int max_batches);
 static bool sweeper_sweep(OutboxDatabase *db);
 static void sweeper_recover(void);
+static bool sweeper_ring_used(OutboxDatabase *db);
 
 /* GUC variables */
 char	   *outbox_database_names = NULL;
@@ -426,11 +430,13 @@ outbox_handover(OutboxDatabase *db, const int64 *ids, int nids)
 			break;
 		}
 		ring = &outbox_shared->rings[(Size) db->ring * size];
+		/* an empty ring means the worker may be asleep: wake it */
+		if (db->ring_head == db->ring_tail)
+			latch = db->worker_latch;
 		n = Min(n, (int) (size - (db->ring_head - db->ring_tail)));
 		for (i = 0; i < n; i++)
 			ring[(db->ring_head + i) % size] = ids[done + i];
 		db->ring_head += n;
-		latch = db->worker_latch;
 		SpinLockRelease(&db->mutex);
 
 		if (n == 0)
@@ -509,6 +515,7 @@ outbox_sweeper_main(Datum main_arg)
 		TimestampTz now;
 		long		timeout;
 		bool		more = false;
+		bool		sent = false;
 		bool		failed = false;
 
 		CHECK_FOR_INTERRUPTS();
@@ -522,6 +529,7 @@ outbox_sweeper_main(Datum main_arg)
 		now = GetCurrentTimestamp();
 		PG_TRY();
 		{
+			sent = sweeper_ring_used(sweeper_db);
 			more = sweeper_send_wakeups(sweeper_db, SWEEPER_MAX_BATCHES);
 
 			if (now >= next_sweep)
@@ -556,6 +564,15 @@ outbox_sweeper_main(Datum main_arg)
 		if (more && !failed)
 			continue;			/* wake-ups still waiting: no sleep */
 
+		/*
+		 * Having just sent wake-ups, let a little more accumulate before the
+		 * next batch: under load this turns a transaction per producer
+		 * commit into one per SWEEPER_GATHER_MS, at that much latency.
+		 */
+		if (sent && !failed)
+			(void) WaitLatch(MyLatch, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 SWEEPER_GATHER_MS, PG_WAIT_EXTENSION);
+
 		now = GetCurrentTimestamp();
 		timeout = TimestampDifferenceMilliseconds(now, next_sweep);
 		if (failed)
@@ -566,6 +583,22 @@ outbox_sweeper_main(Datum main_arg)
 						 PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 	}
+}
+
+/*
+ * sweeper_ring_used
+ *
+ * Whether ids are waiting in the ring.
+ */
+static bool
+sweeper_ring_used(OutboxDatabase *db)
+{
+	bool		used;
+
+	SpinLockAcquire(&db->mutex);
+	used = db->ring_head != db->ring_tail;
+	SpinLockRelease(&db->mutex);
+	return used;
 }
 
 /*
