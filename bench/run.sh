@@ -128,23 +128,12 @@ bench_build()
         die "building bench/relay.c failed (needs libpq-dev)"
 }
 
-# Our own cluster: as outbox_start_cluster, plus the preload, the served
+# Our own cluster: scripts/common.sh's, plus the preload, the served
 # database and settings that keep checkpoints out of the measured runs.
 bench_start_cluster()
 {
-    local sock=$OUTBOX_WORK/sock
-    outbox_pick_port
-    log "starting a throwaway cluster as $OUTBOX_RUN_USER (socket $sock, port $PGPORT)"
-    RUN_LOGGED_QUIET=1 run_logged "$OUTBOX_WORK/initdb.log" \
-        as_user initdb -D "$OUTBOX_DATA" -A trust -E UTF8 --locale=C --no-sync \
-        -U "$OUTBOX_RUN_USER" ||
-        die "initdb failed"
-    cat >>"$OUTBOX_DATA/postgresql.conf" <<EOF
-
-# throwaway benchmark cluster (bench/run.sh)
-listen_addresses = ''
-unix_socket_directories = '$sock'
-port = $PGPORT
+    OUTBOX_EXTRA_CONF="
+# benchmark settings (bench/run.sh)
 max_connections = 60
 shared_buffers = 1GB
 max_wal_size = 8GB
@@ -152,30 +141,10 @@ min_wal_size = 1GB
 checkpoint_timeout = 1h
 log_checkpoints = on
 log_autovacuum_min_duration = -1
-include_if_exists = 'bench_preload.conf'
-EOF
-    cat >"$OUTBOX_DATA/bench_preload.conf" <<EOF
 shared_preload_libraries = 'delivery_outbox'
-delivery_outbox.database = 'bench'
-EOF
-    chown "$OUTBOX_RUN_USER:" "$OUTBOX_DATA/bench_preload.conf" 2>/dev/null || true
-    PGHOST=$sock
-    PGUSER=$OUTBOX_RUN_USER
-    PGDATABASE=postgres
-    export PGHOST PGPORT PGUSER PGDATABASE
+delivery_outbox.database = 'bench'"
+    outbox_start_cluster
     PRELOADED=yes
-    if ! as_user pg_ctl -D "$OUTBOX_DATA" -l "$OUTBOX_LOG" -w -t 60 start >"$OUTBOX_WORK/pg_ctl.log" 2>&1; then
-        warn "the server did not start with shared_preload_libraries = 'delivery_outbox':"
-        tail -n 20 "$OUTBOX_LOG" >&2
-        warn "starting it without the preload (no deferred mode)"
-        : >"$OUTBOX_DATA/bench_preload.conf"
-        PRELOADED=no
-        as_user pg_ctl -D "$OUTBOX_DATA" -l "$OUTBOX_LOG" -w -t 60 start >"$OUTBOX_WORK/pg_ctl.log" 2>&1 || {
-            cat "$OUTBOX_WORK/pg_ctl.log" "$OUTBOX_LOG" >&2
-            die "the server did not start"
-        }
-    fi
-    OUTBOX_CLUSTER_UP=1
 }
 
 # ---------------------------------------------------------------------------

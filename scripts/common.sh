@@ -264,6 +264,8 @@ outbox_build()
         die "make install failed"
 }
 
+# outbox_start_cluster: initdb and start the throwaway cluster; lines in
+# OUTBOX_EXTRA_CONF are appended to its postgresql.conf (bench/run.sh).
 outbox_start_cluster()
 {
     local sock=$OUTBOX_WORK/sock
@@ -280,6 +282,7 @@ listen_addresses = ''
 unix_socket_directories = '$sock'
 port = $PGPORT
 max_connections = 50
+${OUTBOX_EXTRA_CONF:-}
 EOF
     PGHOST=$sock
     PGUSER=$OUTBOX_RUN_USER
