@@ -177,6 +177,7 @@ static void outbox_spi_connect(void);
 static void outbox_relcache_callback(Datum arg, Oid relid);
 static void outbox_syscache_callback(Datum arg, int cacheid, uint32 hashvalue);
 static Oid	outbox_member_table(Oid ext_oid);
+static Oid	outbox_extension_table(void);
 static const char *outbox_table(void);
 static void outbox_reset_cache(void);
 static SPIPlanPtr outbox_plan(OutboxPlanId id);
@@ -1100,9 +1101,21 @@ outbox_sync_backlog(OutboxDatabase *db)
 bool
 outbox_installed(void)
 {
+	return OidIsValid(outbox_extension_table());
+}
+
+/*
+ * outbox_extension_table
+ *
+ * The OID of the extension's table in the current database, or InvalidOid
+ * when the extension is not installed.  Needs a transaction.
+ */
+static Oid
+outbox_extension_table(void)
+{
 	Oid			ext_oid = get_extension_oid(OUTBOX_EXTENSION_NAME, true);
 
-	return OidIsValid(ext_oid) && OidIsValid(outbox_member_table(ext_oid));
+	return OidIsValid(ext_oid) ? outbox_member_table(ext_oid) : InvalidOid;
 }
 
 /*
@@ -1117,21 +1130,15 @@ outbox_installed(void)
 bool
 outbox_lock_table(void)
 {
-	Oid			ext_oid = get_extension_oid(OUTBOX_EXTENSION_NAME, true);
-	Oid			relid;
+	Oid			relid = outbox_extension_table();
 
-	if (!OidIsValid(ext_oid))
-		return false;
-	relid = outbox_member_table(ext_oid);
 	if (!OidIsValid(relid))
 		return false;
 
 	LockRelationOid(relid, RowExclusiveLock);
 
 	/* locking processed invalidations: is it still the extension's table? */
-	if (SearchSysCacheExists1(RELOID, ObjectIdGetDatum(relid)) &&
-		get_extension_oid(OUTBOX_EXTENSION_NAME, true) == ext_oid &&
-		outbox_member_table(ext_oid) == relid)
+	if (outbox_extension_table() == relid)
 		return true;
 
 	UnlockRelationOid(relid, RowExclusiveLock);

@@ -70,7 +70,7 @@
 static void sweeper_shmem_request(void);
 static void sweeper_shmem_startup(void);
 static Size sweeper_shmem_size(void);
-static int	sweeper_count_databases(void);
+static List *sweeper_database_names(void);
 static bool sweeper_database_check(char **newval, void **extra,
 								   GucSource source);
 static void sweeper_detach(int code, Datum arg);
@@ -170,7 +170,7 @@ outbox_sweeper_init(void)
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = sweeper_shmem_startup;
 
-	ndatabases = sweeper_count_databases();
+	ndatabases = list_length(sweeper_database_names());
 	for (i = 0; i < ndatabases; i++)
 	{
 		BackgroundWorker worker;
@@ -234,33 +234,20 @@ sweeper_database_check(char **newval, void **extra, GucSource source)
 }
 
 /*
- * sweeper_database_name
+ * sweeper_database_names
  *
- * The n-th name in delivery_outbox.database, or NULL.
+ * The names in delivery_outbox.database (NIL when empty or malformed; the
+ * check hook rejects malformed lists).
  */
-static char *
-sweeper_database_name(int n)
+static List *
+sweeper_database_names(void)
 {
 	char	   *raw = pstrdup(outbox_database_names ? outbox_database_names : "");
 	List	   *names;
 
-	if (!SplitIdentifierString(raw, ',', &names) || n >= list_length(names))
-		return NULL;
-	return (char *) list_nth(names, n);
-}
-
-static int
-sweeper_count_databases(void)
-{
-	char	   *raw = pstrdup(outbox_database_names ? outbox_database_names : "");
-	List	   *names;
-	int			n = 0;
-
-	if (SplitIdentifierString(raw, ',', &names))
-		n = list_length(names);
-	list_free(names);
-	pfree(raw);
-	return n;
+	if (!SplitIdentifierString(raw, ',', &names))
+		return NIL;
+	return names;
 }
 
 static Size
@@ -461,6 +448,7 @@ void
 outbox_sweeper_main(Datum main_arg)
 {
 	int			index = DatumGetInt32(main_arg);
+	List	   *names;
 	char	   *dbname;
 	volatile TimestampTz next_sweep = 0;
 	volatile bool missing_logged = false;
@@ -469,7 +457,8 @@ outbox_sweeper_main(Datum main_arg)
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 
-	dbname = sweeper_database_name(index);
+	names = sweeper_database_names();
+	dbname = index < list_length(names) ? (char *) list_nth(names, index) : NULL;
 	if (dbname == NULL || outbox_shared == NULL)
 		proc_exit(0);			/* the list changed; nothing to serve */
 
