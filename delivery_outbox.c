@@ -60,15 +60,19 @@
 #include "commands/dbcommands.h"
 #include "commands/extension.h"
 #include "commands/trigger.h"
+#include "executor/executor.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "optimizer/optimizer.h"
 #include "pgstat.h"
+#include "rewrite/rewriteHandler.h"
 #include "storage/lmgr.h"
 #include "storage/proclist.h"
 #include "storage/proc.h"
 #include "tcop/utility.h"
+#include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
@@ -171,6 +175,27 @@ typedef struct OutboxXactLevel
 	struct OutboxXactLevel *parent;
 } OutboxXactLevel;
 
+/*
+ * What outbox_enqueue's direct insert (outbox_insert_row) prepares once per
+ * backend instead of once per row: the table's column defaults, CHECK
+ * constraints and partial-index predicates, as expression states built from
+ * the relcache entry.  Kept until the table's relcache entry is invalidated.
+ */
+typedef struct OutboxInsertCache
+{
+	MemoryContext cxt;			/* holds everything below; NULL if never built */
+	Oid			relid;			/* InvalidOid: rebuild at next use */
+	bool		direct;			/* false: the table needs a real INSERT */
+	int			in_use;			/* inserts running on these states */
+	int			natts;
+	ExprState **defaults;		/* per attribute, NULL: no default (NULL) */
+	int			ncheck;
+	ExprState **checks;			/* in the order of constr->check */
+	int			npreds;
+	Oid		   *pred_index;		/* partial indexes, and their predicates */
+	ExprState **preds;
+} OutboxInsertCache;
+
 void		_PG_init(void);
 
 static void outbox_spi_connect(void);
@@ -220,6 +245,10 @@ static void outbox_inserted_row(Relation rel, HeapTuple tuple,
 static HeapTuple outbox_guard_update(Relation rel, HeapTuple oldtuple,
 									 HeapTuple newtuple,
 									 const OutboxColumns *cols);
+static bool outbox_insert_row(Datum *values, const char *nulls, int64 *id);
+static void outbox_no_row_inserted(void) pg_attribute_noreturn();
+static OutboxInsertCache *outbox_insert_prepare(Relation rel,
+												const OutboxColumns *cols);
 static void outbox_check_text(FunctionCallInfo fcinfo, int argno,
 							  const char *name, bool required);
 static int64 outbox_check_max_rows(FunctionCallInfo fcinfo, int argno);
@@ -274,6 +303,9 @@ static SPIPlanPtr outbox_plans[OUTBOX_NUM_PLANS];
 /* The trigger's column map, and whether a skipped NOTIFY was logged. */
 static OutboxColumns outbox_cols;
 static bool outbox_skip_logged = false;
+
+/* outbox_enqueue's prepared expressions, see OutboxInsertCache. */
+static OutboxInsertCache outbox_insert_cache;
 
 /* This transaction's bookkeeping (in TopTransactionContext), see above. */
 static OutboxXactLevel *outbox_xact = NULL;
@@ -478,15 +510,302 @@ outbox_enqueue(PG_FUNCTION_ARGS)
 	values[2] = PG_GETARG_DATUM(2);
 	values[3] = outbox_null_text(fcinfo, 3, &nulls[3]);
 
+	if (outbox_insert_row(values, nulls, &id))
+		PG_RETURN_INT64(id);
+
 	outbox_spi_connect();
 	outbox_execute(OUTBOX_PLAN_ENQUEUE, values, nulls, SPI_OK_INSERT_RETURNING);
 	if (SPI_processed != 1)
-		elog(ERROR, "outbox insert returned " UINT64_FORMAT " rows", SPI_processed);
+		outbox_no_row_inserted();
 	id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
 									 SPI_tuptable->tupdesc, 1, &isnull));
 	SPI_finish();
 
 	PG_RETURN_INT64(id);
+}
+
+/*
+ * outbox_insert_row
+ *
+ * outbox_enqueue's insert without SQL: values/nulls are recipient, kind,
+ * payload and tenant_id.  The row goes through the executor's row-level
+ * insert (ExecSimpleRelationInsert, as logical replication applies rows):
+ * BEFORE ROW triggers (the state guard), stored generated columns, NOT NULL
+ * and CHECK constraints, heap and index insert, AFTER ROW triggers (the
+ * wake-up), fired at the end as for a statement.  What a plain INSERT
+ * re-derives from the catalogs for every statement (defaults, CHECK
+ * expressions, partial-index predicates) comes prepared from
+ * outbox_insert_cache.
+ *
+ * Returns false, having changed nothing, when the table needs what only a
+ * real INSERT does (rules, statement triggers, row security, a missing
+ * privilege, another column type): the caller then runs the SQL statement.
+ * Like SPI, it starts a new command first, so that triggers see the rows of
+ * earlier calls in the same statement.
+ */
+static bool
+outbox_insert_row(Datum *values, const char *nulls, int64 *id)
+{
+#if PG_VERSION_NUM >= 140000
+	Relation	rel;
+	const OutboxColumns *cols;
+	OutboxInsertCache *cache;
+	EState	   *estate;
+	ResultRelInfo *rri;
+	TupleTableSlot *slot;
+	ExprContext *econtext;
+	TupleDesc	tupdesc;
+	bool		inserted;
+	int			i;
+
+	/* what the executor checks before any INSERT (ExecCheckXactReadOnly) */
+	if (XactReadOnly)
+		PreventCommandIfReadOnly("INSERT");
+	PreventCommandIfParallelMode("INSERT");
+
+	(void) outbox_table();		/* find (or re-check) the table */
+	rel = table_open(outbox_rel_oid, RowExclusiveLock);
+	cols = outbox_columns(rel, "outbox_enqueue");
+	cache = outbox_insert_prepare(rel, cols);
+	if (cache == NULL ||
+		pg_class_aclcheck(RelationGetRelid(rel), GetUserId(),
+						  ACL_INSERT) != ACLCHECK_OK)
+	{
+		table_close(rel, NoLock);
+		return false;
+	}
+
+	CommandCounterIncrement();
+	cache->in_use++;
+	PG_TRY();
+	{
+		MemoryContext oldcxt;
+
+		/* everything below goes with the EState */
+		estate = CreateExecutorState();
+		oldcxt = MemoryContextSwitchTo(estate->es_query_cxt);
+		estate->es_output_cid = GetCurrentCommandId(true);
+		rri = makeNode(ResultRelInfo);
+		InitResultRelInfo(rri, rel, 0, NULL, 0);
+		/* where the AFTER trigger queue looks the relation up */
+		estate->es_opened_result_relations = list_make1(rri);
+		if (cache->ncheck > 0)
+			rri->ri_ConstraintExprs = cache->checks;
+
+		ExecOpenIndices(rri, false);
+		for (i = 0; i < rri->ri_NumIndices; i++)
+		{
+			IndexInfo  *ii = rri->ri_IndexRelationInfo[i];
+			Oid			indexoid = RelationGetRelid(rri->ri_IndexRelationDescs[i]);
+			int			p;
+
+			if (ii->ii_Predicate == NIL)
+				continue;
+			for (p = 0; p < cache->npreds; p++)
+			{
+				if (cache->pred_index[p] == indexoid)
+				{
+					ii->ii_PredicateState = cache->preds[p];
+					break;
+				}
+			}
+		}
+
+		tupdesc = RelationGetDescr(rel);
+		slot = table_slot_create(rel, &estate->es_tupleTable);
+		ExecClearTuple(slot);
+		econtext = GetPerTupleExprContext(estate);
+		for (i = 0; i < tupdesc->natts; i++)
+		{
+			AttrNumber	attnum = i + 1;
+			int			given = attnum == cols->recipient ? 0 :
+				attnum == cols->kind ? 1 :
+				attnum == cols->payload ? 2 :
+				attnum == cols->tenant_id ? 3 : -1;
+
+			if (given >= 0)
+			{
+				slot->tts_values[i] = values[given];
+				slot->tts_isnull[i] = nulls[given] == 'n';
+			}
+			else if (cache->defaults[i] != NULL)
+				slot->tts_values[i] =
+					ExecEvalExprSwitchContext(cache->defaults[i], econtext,
+											  &slot->tts_isnull[i]);
+			else
+			{
+				slot->tts_values[i] = (Datum) 0;
+				slot->tts_isnull[i] = true;
+			}
+		}
+		ExecStoreVirtualTuple(slot);
+		ExecMaterializeSlot(slot);
+		ItemPointerSetInvalid(&slot->tts_tid);
+
+		AfterTriggerBeginQuery();
+		ExecSimpleRelationInsert(rri, estate, slot);
+		/* a BEFORE trigger that returned NULL leaves no tuple id */
+		inserted = ItemPointerIsValid(&slot->tts_tid);
+		if (inserted)
+		{
+			bool		isnull;
+
+			*id = DatumGetInt64(slot_getattr(slot, cols->id, &isnull));
+			if (isnull)
+				inserted = false;
+		}
+		AfterTriggerEndQuery(estate);
+
+		ExecCloseIndices(rri);
+		ExecResetTupleTable(estate->es_tupleTable, false);
+		MemoryContextSwitchTo(oldcxt);
+		FreeExecutorState(estate);
+	}
+	PG_FINALLY();
+	{
+		cache->in_use--;
+	}
+	PG_END_TRY();
+
+	table_close(rel, NoLock);
+	if (!inserted)
+		outbox_no_row_inserted();
+	return true;
+#else
+	return false;
+#endif
+}
+
+/*
+ * outbox_insert_prepare
+ *
+ * outbox_insert_cache for rel, built now if the table changed since (or if
+ * it never was); NULL when the direct insert may not be used for this table,
+ * or while an insert further up the stack still runs on the states (a
+ * trigger or default that enqueues: the nested call then takes the SQL
+ * path rather than rebuilding states in use).
+ */
+static OutboxInsertCache *
+outbox_insert_prepare(Relation rel, const OutboxColumns *cols)
+{
+	OutboxInsertCache *cache = &outbox_insert_cache;
+	TupleDesc	tupdesc = RelationGetDescr(rel);
+	TriggerDesc *trig = rel->trigdesc;
+	MemoryContext old;
+	List	   *indexes;
+	ListCell   *lc;
+	int			i;
+
+	if (cache->relid == RelationGetRelid(rel) &&
+		(!cache->direct || cache->natts == tupdesc->natts))
+		return cache->direct && cache->in_use == 0 ? cache : NULL;
+	if (cache->in_use > 0)
+		return NULL;
+
+	if (cache->cxt == NULL)
+		cache->cxt = AllocSetContextCreate(TopMemoryContext,
+										   "delivery_outbox insert",
+										   ALLOCSET_SMALL_SIZES);
+	MemoryContextReset(cache->cxt);
+	cache->natts = 0;
+	cache->ncheck = 0;
+	cache->npreds = 0;
+
+	/* what only the SQL INSERT handles */
+	cache->direct =
+		rel->rd_rel->relkind == RELKIND_RELATION &&
+		!rel->rd_rel->relispartition &&
+		!rel->rd_rel->relrowsecurity &&
+		rel->rd_rules == NULL &&
+		(trig == NULL ||
+		 (!trig->trig_insert_before_statement &&
+		  !trig->trig_insert_after_statement &&
+		  !trig->trig_insert_instead_row &&
+		  !trig->trig_insert_new_table)) &&
+		TupleDescAttr(tupdesc, cols->recipient - 1)->atttypid == TEXTOID &&
+		TupleDescAttr(tupdesc, cols->kind - 1)->atttypid == TEXTOID &&
+		TupleDescAttr(tupdesc, cols->payload - 1)->atttypid == BYTEAOID &&
+		TupleDescAttr(tupdesc, cols->tenant_id - 1)->atttypid == TEXTOID;
+
+	if (cache->direct)
+	{
+		old = MemoryContextSwitchTo(cache->cxt);
+
+		cache->natts = tupdesc->natts;
+		cache->defaults = palloc0(sizeof(ExprState *) * Max(tupdesc->natts, 1));
+		for (i = 0; i < tupdesc->natts; i++)
+		{
+			Form_pg_attribute att = TupleDescAttr(tupdesc, i);
+			Node	   *expr;
+
+			if (att->attisdropped || att->attgenerated)
+				continue;
+			expr = build_column_default(rel, att->attnum);
+			if (expr != NULL)
+				cache->defaults[i] = ExecInitExpr(expression_planner((Expr *) expr),
+												  NULL);
+		}
+
+		/*
+		 * As ExecRelCheck builds them, in the same order.  (From 18 on it
+		 * also expands virtual generated columns and skips constraints that
+		 * are not enforced: there ExecConstraints builds its own.)
+		 */
+#if PG_VERSION_NUM < 180000
+		if (tupdesc->constr != NULL && tupdesc->constr->num_check > 0)
+		{
+			ConstrCheck *check = tupdesc->constr->check;
+
+			cache->ncheck = tupdesc->constr->num_check;
+			cache->checks = palloc(sizeof(ExprState *) * cache->ncheck);
+			for (i = 0; i < cache->ncheck; i++)
+				cache->checks[i] =
+					ExecInitExpr(expression_planner(stringToNode(check[i].ccbin)),
+								 NULL);
+		}
+#endif
+
+		indexes = RelationGetIndexList(rel);
+		cache->pred_index = palloc0(sizeof(Oid) * Max(list_length(indexes), 1));
+		cache->preds = palloc0(sizeof(ExprState *) * Max(list_length(indexes), 1));
+		foreach(lc, indexes)
+		{
+			Oid			indexoid = lfirst_oid(lc);
+			Relation	index = index_open(indexoid, RowExclusiveLock);
+			List	   *pred = RelationGetIndexPredicate(index);
+
+			if (pred != NIL)
+			{
+				cache->pred_index[cache->npreds] = indexoid;
+				cache->preds[cache->npreds] =
+					ExecInitQual((List *) expression_planner((Expr *) pred),
+								 NULL);
+				cache->npreds++;
+			}
+			index_close(index, NoLock);
+		}
+
+		MemoryContextSwitchTo(old);
+	}
+
+	cache->relid = RelationGetRelid(rel);
+	return cache->direct ? cache : NULL;
+}
+
+/*
+ * outbox_no_row_inserted
+ *
+ * An enqueue must insert its row: a BEFORE INSERT trigger on the table that
+ * returned NULL (or a rule that replaced the INSERT) gets 09000.
+ */
+static void
+outbox_no_row_inserted(void)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
+			 errmsg("outbox_enqueue inserted no row"),
+			 errdetail("A BEFORE INSERT trigger on the outbox table returned NULL, or a rule replaced the INSERT."),
+			 errhint("An enqueue that inserts nothing would lose the message: let such triggers raise an error instead.")));
 }
 
 /*
@@ -2004,6 +2323,8 @@ outbox_relcache_callback(Datum arg, Oid relid)
 		outbox_cache_stale = true;
 	if (!OidIsValid(relid) || relid == outbox_cols.relid)
 		outbox_cols.relid = InvalidOid;
+	if (!OidIsValid(relid) || relid == outbox_insert_cache.relid)
+		outbox_insert_cache.relid = InvalidOid;
 }
 
 /*

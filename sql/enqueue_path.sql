@@ -1,0 +1,214 @@
+--
+-- outbox_enqueue inserts its row without SQL (the executor's row-level
+-- insert, with the table's defaults, CHECK constraints and partial-index
+-- predicates prepared once per session).  Whatever the table gains or loses
+-- after the first call -- constraints, defaults, columns, indexes, triggers,
+-- rules, row security -- an enqueue must behave exactly as an INSERT would.
+--
+CREATE EXTENSION delivery_outbox;
+\set VERBOSITY default
+\set SHOW_CONTEXT never
+SET delivery_outbox.notify_queue_limit = 0;  -- no wake-ups needed here
+
+-- a first call prepares the session's expressions
+SELECT outbox_enqueue('agent:a', 'work', '\x01') AS first_id \gset
+SELECT id = :first_id AS same_id, recipient, kind, tenant_id, payload,
+       delivery_state, delivery_attempts, created_at IS NOT NULL AS has_created_at,
+       delivered_at, acked_at
+  FROM delivery_outbox;
+
+-- several enqueues in one statement: ids in call order, all rows there
+SELECT count(DISTINCT outbox_enqueue('agent:b', 'work', '\x02', 't1')) AS enqueued
+  FROM generate_series(1, 3);
+SELECT recipient, tenant_id, count(*) FROM delivery_outbox
+ GROUP BY 1, 2 ORDER BY 1;
+
+--
+-- a CHECK constraint added after the first call is enforced, with the
+-- message and SQLSTATE of an INSERT; the failed call leaves nothing
+--
+ALTER TABLE delivery_outbox
+  ADD CONSTRAINT regress_short_kind CHECK (length(kind) < 10);
+SELECT count(*) AS rows_before FROM delivery_outbox \gset
+\set VERBOSITY terse
+SELECT outbox_enqueue('agent:a', 'much-too-long-kind', '\x03');
+\echo :SQLSTATE
+SELECT count(*) = :rows_before AS nothing_inserted FROM delivery_outbox;
+-- the same through a plain INSERT, for comparison
+INSERT INTO delivery_outbox (recipient, kind, payload)
+VALUES ('agent:a', 'much-too-long-kind', '\x03');
+\echo :SQLSTATE
+\set VERBOSITY default
+ALTER TABLE delivery_outbox DROP CONSTRAINT regress_short_kind;
+SELECT outbox_enqueue('agent:a', 'much-too-long-kind', '\x03') > :first_id AS accepted_again;
+
+-- NOT NULL still holds (the arguments are checked first, so through a
+-- default: a NULL default for delivery_state)
+ALTER TABLE delivery_outbox ALTER COLUMN delivery_state DROP DEFAULT;
+\set VERBOSITY terse
+SELECT outbox_enqueue('agent:a', 'work', '\x03');
+\echo :SQLSTATE
+\set VERBOSITY default
+ALTER TABLE delivery_outbox ALTER COLUMN delivery_state SET DEFAULT 'pending';
+
+--
+-- defaults: a changed default applies to the next call
+--
+ALTER TABLE delivery_outbox
+  ALTER COLUMN created_at SET DEFAULT '2001-02-03 04:05:06+00';
+SELECT outbox_enqueue('agent:c', 'work', '\x04') AS c_id \gset
+SELECT created_at = '2001-02-03 04:05:06+00' AS default_applied
+  FROM delivery_outbox WHERE id = :c_id;
+ALTER TABLE delivery_outbox ALTER COLUMN created_at SET DEFAULT pg_catalog.now();
+
+--
+-- columns added and dropped after the first call
+--
+ALTER TABLE delivery_outbox ADD COLUMN regress_note text DEFAULT 'noted';
+SELECT outbox_enqueue('agent:d', 'work', '\x05') AS d_id \gset
+SELECT regress_note FROM delivery_outbox WHERE id = :d_id;
+ALTER TABLE delivery_outbox ADD COLUMN regress_twice int
+  GENERATED ALWAYS AS (delivery_attempts * 2) STORED;
+ALTER TABLE delivery_outbox DROP COLUMN regress_note;
+SELECT outbox_enqueue('agent:d', 'work', '\x06') AS d2_id \gset
+SELECT recipient, delivery_state, regress_twice
+  FROM delivery_outbox WHERE id = :d2_id;
+ALTER TABLE delivery_outbox DROP COLUMN regress_twice;
+
+--
+-- an index created after the first call gets the new rows (partial: only
+-- the rows its predicate accepts); a unique one rejects a duplicate with 23505
+--
+CREATE INDEX regress_special_idx ON delivery_outbox (recipient)
+  WHERE kind = 'special';
+SELECT outbox_enqueue('agent:e', 'special', '\x07') AS e_id \gset
+SELECT outbox_enqueue('agent:e', 'plain', '\x08') AS e2_id \gset
+SET enable_seqscan = off;
+SET enable_bitmapscan = off;
+EXPLAIN (COSTS OFF)
+SELECT id FROM delivery_outbox WHERE recipient = 'agent:e' AND kind = 'special';
+SELECT id = :e_id AS found_through_index
+  FROM delivery_outbox WHERE recipient = 'agent:e' AND kind = 'special';
+RESET enable_seqscan;
+RESET enable_bitmapscan;
+DROP INDEX regress_special_idx;
+
+CREATE UNIQUE INDEX regress_unique_kind ON delivery_outbox (recipient, kind)
+  WHERE recipient = 'agent:u';
+SELECT outbox_enqueue('agent:u', 'once', '\x09') > 0 AS first_accepted;
+SELECT count(*) AS rows_before FROM delivery_outbox \gset
+SELECT outbox_enqueue('agent:u', 'once', '\x0a');
+\echo :SQLSTATE
+SELECT count(*) = :rows_before AS nothing_inserted FROM delivery_outbox;
+DROP INDEX regress_unique_kind;
+
+--
+-- a foreign key from the outbox: the RI check (an AFTER trigger) runs
+--
+CREATE TABLE regress_tenants (id text PRIMARY KEY);
+INSERT INTO regress_tenants VALUES ('t1');
+ALTER TABLE delivery_outbox ADD CONSTRAINT regress_tenant_fk
+  FOREIGN KEY (tenant_id) REFERENCES regress_tenants;
+SELECT outbox_enqueue('agent:f', 'work', '\x0b', 't1') > 0 AS known_tenant;
+SELECT outbox_enqueue('agent:f', 'work', '\x0b', 'nobody');
+\echo :SQLSTATE
+SELECT count(*) AS f_rows FROM delivery_outbox WHERE recipient = 'agent:f';
+ALTER TABLE delivery_outbox DROP CONSTRAINT regress_tenant_fk;
+
+--
+-- user triggers: BEFORE ROW may rewrite the row (the guard judges the result),
+-- AFTER ROW and statement triggers fire, and a BEFORE trigger that skips
+-- the row makes the enqueue fail (an enqueue that inserts nothing is a bug)
+--
+CREATE TABLE regress_audit (what text, id bigint, recipient text);
+-- (the API functions run with search_path = pg_catalog, pg_temp, and so do
+-- the triggers they fire: these set their own)
+CREATE FUNCTION regress_before() RETURNS trigger LANGUAGE plpgsql
+SET search_path = public AS $$
+BEGIN
+  IF NEW.kind = 'skip' THEN
+    RETURN NULL;
+  END IF;
+  IF NEW.kind = 'bookkeeping' THEN
+    NEW.delivery_attempts := 7;        -- the guard refuses this
+  END IF;
+  NEW.recipient := upper(NEW.recipient);
+  RETURN NEW;
+END $$;
+CREATE FUNCTION regress_after_row() RETURNS trigger LANGUAGE plpgsql
+SET search_path = public AS $$
+BEGIN
+  INSERT INTO regress_audit VALUES ('row ' || TG_WHEN, NEW.id, NEW.recipient);
+  RETURN NULL;
+END $$;
+CREATE FUNCTION regress_after_stmt() RETURNS trigger LANGUAGE plpgsql
+SET search_path = public AS $$
+BEGIN
+  INSERT INTO regress_audit VALUES ('statement ' || TG_WHEN, NULL, NULL);
+  RETURN NULL;
+END $$;
+CREATE TRIGGER regress_before BEFORE INSERT ON delivery_outbox
+  FOR EACH ROW EXECUTE FUNCTION regress_before();
+CREATE TRIGGER regress_after_row AFTER INSERT ON delivery_outbox
+  FOR EACH ROW EXECUTE FUNCTION regress_after_row();
+
+SELECT outbox_enqueue('agent:g', 'work', '\x0c') AS g_id \gset
+SELECT recipient, delivery_attempts, delivery_state
+  FROM delivery_outbox WHERE id = :g_id;
+SELECT what, id = :g_id AS same_id, recipient FROM regress_audit;
+
+SELECT count(*) AS rows_before FROM delivery_outbox \gset
+SELECT outbox_enqueue('agent:g', 'skip', '\x0d');
+\echo :SQLSTATE
+SELECT outbox_enqueue('agent:g', 'bookkeeping', '\x0d');
+\echo :SQLSTATE
+SELECT count(*) = :rows_before AS nothing_inserted FROM delivery_outbox;
+
+CREATE TRIGGER regress_after_stmt AFTER INSERT ON delivery_outbox
+  FOR EACH STATEMENT EXECUTE FUNCTION regress_after_stmt();
+TRUNCATE regress_audit;
+SELECT outbox_enqueue('agent:g', 'work', '\x0e') AS g2_id \gset
+SELECT what, id = :g2_id AS same_id, recipient FROM regress_audit ORDER BY what;
+
+DROP TRIGGER regress_after_stmt ON delivery_outbox;
+DROP TRIGGER regress_after_row ON delivery_outbox;
+DROP TRIGGER regress_before ON delivery_outbox;
+
+-- a trigger that enqueues a follow-up row from inside an enqueue
+CREATE FUNCTION regress_follow_up() RETURNS trigger LANGUAGE plpgsql
+SET search_path = public AS $$
+BEGIN
+  IF NEW.kind = 'chain' THEN
+    PERFORM outbox_enqueue(NEW.recipient || ':copy', 'chained', NEW.payload);
+  END IF;
+  RETURN NEW;
+END $$;
+CREATE TRIGGER regress_follow_up BEFORE INSERT ON delivery_outbox
+  FOR EACH ROW EXECUTE FUNCTION regress_follow_up();
+SELECT outbox_enqueue('agent:h', 'chain', '\x0f') > 0 AS chained;
+SELECT recipient, kind, delivery_state FROM delivery_outbox
+ WHERE recipient LIKE 'agent:h%' ORDER BY id;
+DROP TRIGGER regress_follow_up ON delivery_outbox;
+
+--
+-- a rule on the table is applied, as for an INSERT
+--
+CREATE RULE regress_rule AS ON INSERT TO delivery_outbox
+  DO ALSO INSERT INTO regress_audit VALUES ('rule', NULL, NEW.recipient);
+TRUNCATE regress_audit;
+SELECT outbox_enqueue('agent:i', 'work', '\x10') > 0 AS enqueued;
+SELECT what, recipient FROM regress_audit;
+DROP RULE regress_rule ON delivery_outbox;
+
+--
+-- everything enqueued above is pending, with consistent bookkeeping
+--
+SELECT delivery_state, delivery_attempts, count(*) > 0 AS some,
+       bool_and(delivered_at IS NULL AND acked_at IS NULL) AS clean
+  FROM delivery_outbox GROUP BY 1, 2;
+
+DROP TABLE regress_audit;
+DROP TABLE regress_tenants;
+DROP FUNCTION regress_before(), regress_after_row(), regress_after_stmt(),
+              regress_follow_up();
+DROP EXTENSION delivery_outbox;
