@@ -198,7 +198,7 @@ END {
 
     if (index(" " want " ", " L1 ") > 0) {
         print ""
-        printf "%-36s %7s %4s %-8s %10s %10s %10s %10s  %s\n", "latency (enqueue to ack)", "clients", "sync", "listener", "tx/s", "p50 ms", "p99 ms", "max ms", "notes"
+        printf "%-36s %7s %4s %-8s %10s %10s %10s %10s  %s\n", "latency (enqueue commit to ack)", "clients", "sync", "listener", "tx/s", "p50 ms", "p99 ms", "max ms", "notes"
         n = split("commit deferred", lm, " ")
         for (j = 1; j <= n; j++) {
             w = "L1-" lm[j]
