@@ -60,7 +60,9 @@
 #include "commands/dbcommands.h"
 #include "commands/extension.h"
 #include "commands/trigger.h"
+#include "executor/execExpr.h"
 #include "executor/executor.h"
+#include "executor/nodeModifyTable.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
@@ -83,6 +85,7 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
@@ -176,6 +179,14 @@ typedef struct OutboxXactLevel
 } OutboxXactLevel;
 
 /*
+ * outbox_enqueue's direct insert is built and tested on PostgreSQL 15 and
+ * uses executor calls that are the same from 14 to 17; elsewhere the
+ * function runs its INSERT through SPI.
+ */
+#define OUTBOX_DIRECT_INSERT \
+	(PG_VERSION_NUM >= 140000 && PG_VERSION_NUM < 180000)
+
+/*
  * What outbox_enqueue's direct insert (outbox_insert_row) prepares once per
  * backend instead of once per row: the table's column defaults, CHECK
  * constraints and partial-index predicates, as expression states built from
@@ -201,6 +212,7 @@ void		_PG_init(void);
 static void outbox_spi_connect(void);
 static void outbox_relcache_callback(Datum arg, Oid relid);
 static void outbox_syscache_callback(Datum arg, int cacheid, uint32 hashvalue);
+static void outbox_insert_callback(Datum arg, int cacheid, uint32 hashvalue);
 static Oid	outbox_member_table(Oid ext_oid);
 static Oid	outbox_extension_table(void);
 static const char *outbox_table(void);
@@ -247,8 +259,11 @@ static HeapTuple outbox_guard_update(Relation rel, HeapTuple oldtuple,
 									 const OutboxColumns *cols);
 static bool outbox_insert_row(Datum *values, const char *nulls, int64 *id);
 static void outbox_no_row_inserted(void) pg_attribute_noreturn();
+#if OUTBOX_DIRECT_INSERT
 static OutboxInsertCache *outbox_insert_prepare(Relation rel,
 												const OutboxColumns *cols);
+static bool outbox_reusable_state(ExprState *state);
+#endif
 static void outbox_check_text(FunctionCallInfo fcinfo, int argno,
 							  const char *name, bool required);
 static int64 outbox_check_max_rows(FunctionCallInfo fcinfo, int argno);
@@ -304,8 +319,13 @@ static SPIPlanPtr outbox_plans[OUTBOX_NUM_PLANS];
 static OutboxColumns outbox_cols;
 static bool outbox_skip_logged = false;
 
-/* outbox_enqueue's prepared expressions, see OutboxInsertCache. */
+/*
+ * outbox_enqueue's prepared expressions, see OutboxInsertCache, and a
+ * counter of the invalidations that concern them (table, functions, types),
+ * so that one arriving while they are built is not lost.
+ */
 static OutboxInsertCache outbox_insert_cache;
+static uint64 outbox_insert_generation = 0;
 
 /* This transaction's bookkeeping (in TopTransactionContext), see above. */
 static OutboxXactLevel *outbox_xact = NULL;
@@ -399,6 +419,8 @@ _PG_init(void)
 	CacheRegisterRelcacheCallback(outbox_relcache_callback, (Datum) 0);
 	CacheRegisterSyscacheCallback(NAMESPACEOID, outbox_syscache_callback,
 								  (Datum) 0);
+	CacheRegisterSyscacheCallback(PROCOID, outbox_insert_callback, (Datum) 0);
+	CacheRegisterSyscacheCallback(TYPEOID, outbox_insert_callback, (Datum) 0);
 	RegisterXactCallback(outbox_xact_callback, NULL);
 	RegisterSubXactCallback(outbox_subxact_callback, NULL);
 
@@ -529,7 +551,8 @@ outbox_enqueue(PG_FUNCTION_ARGS)
  *
  * outbox_enqueue's insert without SQL: values/nulls are recipient, kind,
  * payload and tenant_id.  The row goes through the executor's row-level
- * insert (ExecSimpleRelationInsert, as logical replication applies rows):
+ * insert (the steps of ExecSimpleRelationInsert, which logical replication
+ * applies rows with):
  * BEFORE ROW triggers (the state guard), stored generated columns, NOT NULL
  * and CHECK constraints, heap and index insert, AFTER ROW triggers (the
  * wake-up), fired at the end as for a statement.  What a plain INSERT
@@ -540,13 +563,14 @@ outbox_enqueue(PG_FUNCTION_ARGS)
  * Returns false, having changed nothing, when the table needs what only a
  * real INSERT does (rules, statement triggers, row security, a missing
  * privilege, another column type): the caller then runs the SQL statement.
- * Like SPI, it starts a new command first, so that triggers see the rows of
- * earlier calls in the same statement.
+ * Snapshots and command ids are handled as SPI handles a statement of a
+ * volatile function: a fresh snapshot, a new command before and after, so
+ * that defaults, CHECKs and triggers see what an INSERT would.
  */
 static bool
 outbox_insert_row(Datum *values, const char *nulls, int64 *id)
 {
-#if PG_VERSION_NUM >= 140000
+#if OUTBOX_DIRECT_INSERT
 	Relation	rel;
 	const OutboxColumns *cols;
 	OutboxInsertCache *cache;
@@ -575,7 +599,11 @@ outbox_insert_row(Datum *values, const char *nulls, int64 *id)
 		return false;
 	}
 
+	/* as SPI runs a statement: a fresh snapshot, a new command */
+	PushActiveSnapshot(GetTransactionSnapshot());
 	CommandCounterIncrement();
+	UpdateActiveSnapshotCommandId();
+
 	cache->in_use++;
 	PG_TRY();
 	{
@@ -640,23 +668,45 @@ outbox_insert_row(Datum *values, const char *nulls, int64 *id)
 		}
 		ExecStoreVirtualTuple(slot);
 		ExecMaterializeSlot(slot);
-		ItemPointerSetInvalid(&slot->tts_tid);
 
+		/*
+		 * The steps of ExecSimpleRelationInsert (logical replication's row
+		 * insert), with the BEFORE triggers' verdict kept: one returning
+		 * NULL means no row.
+		 */
 		AfterTriggerBeginQuery();
-		ExecSimpleRelationInsert(rri, estate, slot);
-		/* a BEFORE trigger that returned NULL leaves no tuple id */
-		inserted = ItemPointerIsValid(&slot->tts_tid);
+		inserted = true;
+		if (rri->ri_TrigDesc != NULL &&
+			rri->ri_TrigDesc->trig_insert_before_row)
+			inserted = ExecBRInsertTriggers(estate, rri, slot);
 		if (inserted)
 		{
+			List	   *recheck = NIL;
 			bool		isnull;
 
+			if (tupdesc->constr != NULL &&
+				tupdesc->constr->has_generated_stored)
+				ExecComputeStoredGenerated(rri, estate, slot, CMD_INSERT);
+			if (tupdesc->constr != NULL)
+				ExecConstraints(rri, slot, estate);
+			simple_table_tuple_insert(rel, slot);
+			if (rri->ri_NumIndices > 0)
+#if PG_VERSION_NUM >= 160000
+				recheck = ExecInsertIndexTuples(rri, slot, estate, false,
+												false, NULL, NIL, false);
+#else
+				recheck = ExecInsertIndexTuples(rri, slot, estate, false,
+												false, NULL, NIL);
+#endif
+			ExecARInsertTriggers(estate, rri, slot, recheck, NULL);
 			*id = DatumGetInt64(slot_getattr(slot, cols->id, &isnull));
 			if (isnull)
-				inserted = false;
+				inserted = false;	/* the NOT NULL constraint says no */
 		}
 		AfterTriggerEndQuery(estate);
 
-		ExecCloseIndices(rri);
+		/* indexes, and relations the AFTER triggers opened */
+		ExecCloseResultRelations(estate);
 		ExecResetTupleTable(estate->es_tupleTable, false);
 		MemoryContextSwitchTo(oldcxt);
 		FreeExecutorState(estate);
@@ -667,6 +717,8 @@ outbox_insert_row(Datum *values, const char *nulls, int64 *id)
 	}
 	PG_END_TRY();
 
+	PopActiveSnapshot();
+	CommandCounterIncrement();
 	table_close(rel, NoLock);
 	if (!inserted)
 		outbox_no_row_inserted();
@@ -674,6 +726,80 @@ outbox_insert_row(Datum *values, const char *nulls, int64 *id)
 #else
 	return false;
 #endif
+}
+
+#if OUTBOX_DIRECT_INSERT
+/*
+ * outbox_reusable_state
+ *
+ * Whether an expression state may be kept and evaluated again in later
+ * calls, each with an EState of its own.  Some steps cache what they build
+ * in the evaluating EState's per-query memory (hashed ScalarArrayOp tables,
+ * row-type conversion maps, ...), which would dangle after the first call:
+ * only the steps below, which keep nothing there, are accepted.  Anything
+ * else is prepared per call as a plain INSERT would.
+ */
+static bool
+outbox_reusable_state(ExprState *state)
+{
+	int			i;
+
+	for (i = 0; i < state->steps_len; i++)
+	{
+		switch (ExecEvalStepOp(state, &state->steps[i]))
+		{
+			case EEOP_DONE:
+			case EEOP_INNER_FETCHSOME:
+			case EEOP_OUTER_FETCHSOME:
+			case EEOP_SCAN_FETCHSOME:
+			case EEOP_INNER_VAR:
+			case EEOP_OUTER_VAR:
+			case EEOP_SCAN_VAR:
+			case EEOP_ASSIGN_INNER_VAR:
+			case EEOP_ASSIGN_OUTER_VAR:
+			case EEOP_ASSIGN_SCAN_VAR:
+			case EEOP_ASSIGN_TMP:
+			case EEOP_ASSIGN_TMP_MAKE_RO:
+			case EEOP_CONST:
+			case EEOP_FUNCEXPR:
+			case EEOP_FUNCEXPR_STRICT:
+			case EEOP_FUNCEXPR_FUSAGE:
+			case EEOP_FUNCEXPR_STRICT_FUSAGE:
+			case EEOP_BOOL_AND_STEP_FIRST:
+			case EEOP_BOOL_AND_STEP:
+			case EEOP_BOOL_AND_STEP_LAST:
+			case EEOP_BOOL_OR_STEP_FIRST:
+			case EEOP_BOOL_OR_STEP:
+			case EEOP_BOOL_OR_STEP_LAST:
+			case EEOP_BOOL_NOT_STEP:
+			case EEOP_QUAL:
+			case EEOP_JUMP:
+			case EEOP_JUMP_IF_NULL:
+			case EEOP_JUMP_IF_NOT_NULL:
+			case EEOP_JUMP_IF_NOT_TRUE:
+			case EEOP_NULLTEST_ISNULL:
+			case EEOP_NULLTEST_ISNOTNULL:
+			case EEOP_BOOLTEST_IS_TRUE:
+			case EEOP_BOOLTEST_IS_NOT_TRUE:
+			case EEOP_BOOLTEST_IS_FALSE:
+			case EEOP_BOOLTEST_IS_NOT_FALSE:
+			case EEOP_CASE_TESTVAL:
+			case EEOP_MAKE_READONLY:
+			case EEOP_IOCOERCE:
+			case EEOP_DISTINCT:
+			case EEOP_NOT_DISTINCT:
+			case EEOP_NULLIF:
+			case EEOP_SQLVALUEFUNCTION:
+			case EEOP_NEXTVALUEEXPR:
+			case EEOP_ARRAYEXPR:
+			case EEOP_MINMAX:
+			case EEOP_SCALARARRAYOP:
+				break;
+			default:
+				return false;
+		}
+	}
+	return true;
 }
 
 /*
@@ -694,6 +820,7 @@ outbox_insert_prepare(Relation rel, const OutboxColumns *cols)
 	MemoryContext old;
 	List	   *indexes;
 	ListCell   *lc;
+	uint64		generation;
 	int			i;
 
 	if (cache->relid == RelationGetRelid(rel) &&
@@ -701,6 +828,10 @@ outbox_insert_prepare(Relation rel, const OutboxColumns *cols)
 		return cache->direct && cache->in_use == 0 ? cache : NULL;
 	if (cache->in_use > 0)
 		return NULL;
+
+	/* stays invalid unless the build completes with nothing invalidated */
+	cache->relid = InvalidOid;
+	generation = outbox_insert_generation;
 
 	if (cache->cxt == NULL)
 		cache->cxt = AllocSetContextCreate(TopMemoryContext,
@@ -727,13 +858,27 @@ outbox_insert_prepare(Relation rel, const OutboxColumns *cols)
 		TupleDescAttr(tupdesc, cols->payload - 1)->atttypid == BYTEAOID &&
 		TupleDescAttr(tupdesc, cols->tenant_id - 1)->atttypid == TEXTOID;
 
+	/*
+	 * A domain's constraints are read when a default is prepared, and
+	 * changing them does not invalidate the table: columns of a domain type
+	 * keep the INSERT.
+	 */
+	for (i = 0; cache->direct && i < tupdesc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(tupdesc, i);
+
+		if (!att->attisdropped && get_typtype(att->atttypid) == TYPTYPE_DOMAIN)
+			cache->direct = false;
+	}
+
 	if (cache->direct)
 	{
 		old = MemoryContextSwitchTo(cache->cxt);
 
+		/* defaults, as the rewriter adds them to an INSERT */
 		cache->natts = tupdesc->natts;
 		cache->defaults = palloc0(sizeof(ExprState *) * Max(tupdesc->natts, 1));
-		for (i = 0; i < tupdesc->natts; i++)
+		for (i = 0; i < tupdesc->natts && cache->direct; i++)
 		{
 			Form_pg_attribute att = TupleDescAttr(tupdesc, i);
 			Node	   *expr;
@@ -741,56 +886,81 @@ outbox_insert_prepare(Relation rel, const OutboxColumns *cols)
 			if (att->attisdropped || att->attgenerated)
 				continue;
 			expr = build_column_default(rel, att->attnum);
-			if (expr != NULL)
-				cache->defaults[i] = ExecInitExpr(expression_planner((Expr *) expr),
-												  NULL);
+			if (expr == NULL)
+				continue;
+			cache->defaults[i] = ExecInitExpr(expression_planner((Expr *) expr),
+											  NULL);
+			if (!outbox_reusable_state(cache->defaults[i]))
+				cache->direct = false;
 		}
 
 		/*
-		 * As ExecRelCheck builds them, in the same order.  (From 18 on it
-		 * also expands virtual generated columns and skips constraints that
-		 * are not enforced: there ExecConstraints builds its own.)
+		 * CHECK constraints, as ExecRelCheck builds them, in the same order;
+		 * all or none (with one that cannot be kept, ExecConstraints builds
+		 * them all per call).
 		 */
-#if PG_VERSION_NUM < 180000
-		if (tupdesc->constr != NULL && tupdesc->constr->num_check > 0)
+		if (cache->direct && tupdesc->constr != NULL &&
+			tupdesc->constr->num_check > 0)
 		{
 			ConstrCheck *check = tupdesc->constr->check;
 
 			cache->ncheck = tupdesc->constr->num_check;
 			cache->checks = palloc(sizeof(ExprState *) * cache->ncheck);
 			for (i = 0; i < cache->ncheck; i++)
+			{
 				cache->checks[i] =
 					ExecInitExpr(expression_planner(stringToNode(check[i].ccbin)),
 								 NULL);
+				if (!outbox_reusable_state(cache->checks[i]))
+					cache->ncheck = 0;
+			}
 		}
-#endif
 
+		/* partial-index predicates, each kept or left to the executor */
 		indexes = RelationGetIndexList(rel);
 		cache->pred_index = palloc0(sizeof(Oid) * Max(list_length(indexes), 1));
 		cache->preds = palloc0(sizeof(ExprState *) * Max(list_length(indexes), 1));
 		foreach(lc, indexes)
 		{
 			Oid			indexoid = lfirst_oid(lc);
-			Relation	index = index_open(indexoid, RowExclusiveLock);
-			List	   *pred = RelationGetIndexPredicate(index);
+			Relation	index;
+			List	   *pred;
+			ExprState  *state;
 
+			if (!cache->direct)
+				break;
+			index = index_open(indexoid, RowExclusiveLock);
+			pred = RelationGetIndexPredicate(index);
 			if (pred != NIL)
 			{
-				cache->pred_index[cache->npreds] = indexoid;
-				cache->preds[cache->npreds] =
-					ExecInitQual((List *) expression_planner((Expr *) pred),
-								 NULL);
-				cache->npreds++;
+				state = ExecInitQual((List *) expression_planner((Expr *) pred),
+									 NULL);
+				if (outbox_reusable_state(state))
+				{
+					cache->pred_index[cache->npreds] = indexoid;
+					cache->preds[cache->npreds] = state;
+					cache->npreds++;
+				}
 			}
 			index_close(index, NoLock);
 		}
 
 		MemoryContextSwitchTo(old);
+		if (!cache->direct)
+		{
+			MemoryContextReset(cache->cxt);
+			cache->natts = 0;
+			cache->ncheck = 0;
+			cache->npreds = 0;
+		}
 	}
 
+	if (outbox_insert_generation != generation)
+		return NULL;			/* changed under us: rebuild next time */
 	cache->relid = RelationGetRelid(rel);
 	return cache->direct ? cache : NULL;
 }
+#endif							/* OUTBOX_DIRECT_INSERT */
 
 /*
  * outbox_no_row_inserted
@@ -2323,8 +2493,25 @@ outbox_relcache_callback(Datum arg, Oid relid)
 		outbox_cache_stale = true;
 	if (!OidIsValid(relid) || relid == outbox_cols.relid)
 		outbox_cols.relid = InvalidOid;
-	if (!OidIsValid(relid) || relid == outbox_insert_cache.relid)
+	if (!OidIsValid(relid) || relid == outbox_insert_cache.relid ||
+		relid == outbox_rel_oid)
+	{
 		outbox_insert_cache.relid = InvalidOid;
+		outbox_insert_generation++;
+	}
+}
+
+/*
+ * outbox_insert_callback
+ *
+ * A function or a type changed: outbox_enqueue's prepared expressions may
+ * have inlined the one or coerced to the other.  Rebuilt at next use.
+ */
+static void
+outbox_insert_callback(Datum arg, int cacheid, uint32 hashvalue)
+{
+	outbox_insert_cache.relid = InvalidOid;
+	outbox_insert_generation++;
 }
 
 /*

@@ -51,6 +51,40 @@ SELECT outbox_enqueue('agent:a', 'work', '\x03');
 \set VERBOSITY default
 ALTER TABLE delivery_outbox ALTER COLUMN delivery_state SET DEFAULT 'pending';
 
+-- a CHECK with a long IN list (a hashed array test in a plain INSERT),
+-- called again and again in one session
+ALTER TABLE delivery_outbox ADD CONSTRAINT regress_kind_list
+  CHECK (kind IN ('k01', 'k02', 'k03', 'k04', 'k05', 'k06', 'k07', 'k08',
+                  'k09', 'k10', 'k11', 'k12', 'work', 'much-too-long-kind',
+                  'special', 'plain', 'once', 'chain', 'chained', 'skip',
+                  'bookkeeping'));
+SELECT count(outbox_enqueue('agent:list', 'k0' || (i % 9 + 1), '\x03')) AS accepted
+  FROM generate_series(1, 20) AS i;
+\set VERBOSITY terse
+SELECT outbox_enqueue('agent:list', 'k13', '\x03');
+\echo :SQLSTATE
+SELECT outbox_enqueue('agent:list', 'k14', '\x03');
+\echo :SQLSTATE
+\set VERBOSITY default
+SELECT count(*) AS list_rows FROM delivery_outbox WHERE recipient = 'agent:list';
+ALTER TABLE delivery_outbox DROP CONSTRAINT regress_kind_list;
+
+-- a CHECK on the whole row, through a function, called again and again
+CREATE FUNCTION regress_row_ok(r delivery_outbox) RETURNS boolean
+LANGUAGE plpgsql AS $$ BEGIN RETURN r.kind <> 'forbidden'; END $$;
+ALTER TABLE delivery_outbox ADD CONSTRAINT regress_whole_row
+  CHECK (regress_row_ok(delivery_outbox));
+SELECT count(outbox_enqueue('agent:row', 'work', '\x03')) AS accepted
+  FROM generate_series(1, 20);
+\set VERBOSITY terse
+SELECT outbox_enqueue('agent:row', 'forbidden', '\x03');
+\echo :SQLSTATE
+\set VERBOSITY default
+SELECT count(outbox_enqueue('agent:row', 'work', '\x03')) AS accepted_after
+  FROM generate_series(1, 5);
+ALTER TABLE delivery_outbox DROP CONSTRAINT regress_whole_row;
+DROP FUNCTION regress_row_ok(delivery_outbox);
+
 --
 -- defaults: a changed default applies to the next call
 --
@@ -60,6 +94,31 @@ SELECT outbox_enqueue('agent:c', 'work', '\x04') AS c_id \gset
 SELECT created_at = '2001-02-03 04:05:06+00' AS default_applied
   FROM delivery_outbox WHERE id = :c_id;
 ALTER TABLE delivery_outbox ALTER COLUMN created_at SET DEFAULT pg_catalog.now();
+
+-- a default through a SQL function (inlined when planned): replacing the
+-- function changes the next call's value
+CREATE FUNCTION regress_note_default() RETURNS text LANGUAGE sql
+  AS $$ SELECT 'v1' $$;
+ALTER TABLE delivery_outbox ADD COLUMN regress_fn_note text
+  DEFAULT regress_note_default();
+SELECT outbox_enqueue('agent:fn', 'work', '\x04') AS fn1 \gset
+CREATE OR REPLACE FUNCTION regress_note_default() RETURNS text LANGUAGE sql
+  AS $$ SELECT 'v2' $$;
+SELECT outbox_enqueue('agent:fn', 'work', '\x04') AS fn2 \gset
+SELECT id = :fn1 AS first, regress_fn_note FROM delivery_outbox
+ WHERE recipient = 'agent:fn' ORDER BY id;
+ALTER TABLE delivery_outbox DROP COLUMN regress_fn_note;
+DROP FUNCTION regress_note_default();
+
+-- a default that reads the table sees the rows of earlier calls in the same
+-- statement (a fresh snapshot and command per call, as for SPI)
+CREATE FUNCTION regress_seen() RETURNS bigint LANGUAGE sql STABLE
+  AS $$ SELECT count(*) FROM public.delivery_outbox WHERE recipient = 'agent:seen' $$;
+ALTER TABLE delivery_outbox ADD COLUMN regress_seen bigint DEFAULT regress_seen();
+SELECT count(outbox_enqueue('agent:seen', 'work', '\x04')) FROM generate_series(1, 3);
+SELECT regress_seen FROM delivery_outbox WHERE recipient = 'agent:seen' ORDER BY id;
+ALTER TABLE delivery_outbox DROP COLUMN regress_seen;
+DROP FUNCTION regress_seen();
 
 --
 -- columns added and dropped after the first call
@@ -74,6 +133,28 @@ SELECT outbox_enqueue('agent:d', 'work', '\x06') AS d2_id \gset
 SELECT recipient, delivery_state, regress_twice
   FROM delivery_outbox WHERE id = :d2_id;
 ALTER TABLE delivery_outbox DROP COLUMN regress_twice;
+
+-- a column of a domain type: a constraint added to the domain later applies
+-- to the default of the next call (ALTER DOMAIN does not touch the table)
+CREATE DOMAIN regress_label AS text;
+ALTER TABLE delivery_outbox ADD COLUMN regress_label regress_label DEFAULT 'fine';
+SELECT outbox_enqueue('agent:dom', 'work', '\x06') > 0 AS accepted;
+ALTER DOMAIN regress_label ADD CONSTRAINT regress_not_fine CHECK (VALUE <> 'fine') NOT VALID;
+SELECT outbox_enqueue('agent:dom', 'work', '\x06');
+\echo :SQLSTATE
+SELECT count(*) AS dom_rows FROM delivery_outbox WHERE recipient = 'agent:dom';
+ALTER TABLE delivery_outbox DROP COLUMN regress_label;
+DROP DOMAIN regress_label;
+-- a NOT NULL domain with no default: the NULL an INSERT would coerce fails
+CREATE DOMAIN regress_required AS int NOT NULL;
+ALTER TABLE delivery_outbox ADD COLUMN regress_required regress_required DEFAULT 1;
+ALTER TABLE delivery_outbox ALTER COLUMN regress_required DROP DEFAULT;
+SELECT outbox_enqueue('agent:dom', 'work', '\x06');
+\echo :SQLSTATE
+INSERT INTO delivery_outbox (recipient, kind, payload) VALUES ('agent:dom', 'work', '\x06');
+\echo :SQLSTATE
+ALTER TABLE delivery_outbox DROP COLUMN regress_required;
+DROP DOMAIN regress_required;
 
 --
 -- an index created after the first call gets the new rows (partial: only
