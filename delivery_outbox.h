@@ -106,6 +106,7 @@ extern int	outbox_sweep_interval;
 extern int	outbox_reclaim_after;
 extern int	outbox_retain_acked;
 extern int	outbox_handover_size;
+extern int	outbox_deferred_batch_delay;
 
 extern void outbox_sweeper_init(void);
 extern OutboxDatabase *outbox_database(Oid dboid, bool create);

@@ -64,8 +64,6 @@
 /* Wake-up batches sent before the loop looks at its other duties again. */
 #define SWEEPER_MAX_BATCHES		4
 
-/* After sending wake-ups, how long to let more gather before the next. */
-#define SWEEPER_GATHER_MS		1
 
 static void sweeper_shmem_request(void);
 static void sweeper_shmem_startup(void);
@@ -85,6 +83,7 @@ int			outbox_sweep_interval = 30000;
 int			outbox_reclaim_after = 60;
 int			outbox_retain_acked = -1;
 int			outbox_handover_size = 65536;
+int			outbox_deferred_batch_delay = 1;
 
 OutboxShared *outbox_shared = NULL;
 
@@ -141,6 +140,16 @@ outbox_sweeper_init(void)
 	/* PGC_POSTMASTER settings exist only when the library is preloaded */
 	if (!process_shared_preload_libraries_in_progress)
 		return;
+
+	/* only the worker reads it, and it runs only when preloaded */
+	DefineCustomIntVariable(OUTBOX_GUC_PREFIX ".deferred_batch_delay",
+							"In deferred mode, how long the worker lets wake-ups gather after sending a batch.",
+							"0 sends each batch as soon as the previous one is out.  More delay means fewer, larger NOTIFY transactions, and that much more latency under load.",
+							&outbox_deferred_batch_delay,
+							1, 0, 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
 
 	DefineCustomStringVariable(OUTBOX_GUC_PREFIX ".database",
 							   "Databases the delivery_outbox background worker serves.",
@@ -556,11 +565,11 @@ outbox_sweeper_main(Datum main_arg)
 		/*
 		 * Having just sent wake-ups, let a little more accumulate before the
 		 * next batch: under load this turns a transaction per producer
-		 * commit into one per SWEEPER_GATHER_MS, at that much latency.
+		 * commit into one per deferred_batch_delay, at that much latency.
 		 */
-		if (sent && !failed)
+		if (sent && !failed && outbox_deferred_batch_delay > 0)
 			(void) WaitLatch(MyLatch, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-							 SWEEPER_GATHER_MS, PG_WAIT_EXTENSION);
+							 outbox_deferred_batch_delay, PG_WAIT_EXTENSION);
 
 		now = GetCurrentTimestamp();
 		timeout = TimestampDifferenceMilliseconds(now, next_sweep);

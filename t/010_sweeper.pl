@@ -157,9 +157,11 @@ is( $node->safe_psql(
 		'postgres',
 		q{SELECT name || '=' || setting FROM pg_settings
 		  WHERE name IN ('delivery_outbox.database', 'delivery_outbox.sweep_interval',
-		                 'delivery_outbox.reclaim_after', 'delivery_outbox.retain_acked')
+		                 'delivery_outbox.reclaim_after', 'delivery_outbox.retain_acked',
+		                 'delivery_outbox.deferred_batch_delay')
 		  ORDER BY name}),
 	"delivery_outbox.database=postgres\n"
+	  . "delivery_outbox.deferred_batch_delay=1\n"
 	  . "delivery_outbox.reclaim_after=1\n"
 	  . "delivery_outbox.retain_acked=-1\n"
 	  . "delivery_outbox.sweep_interval=3600000",

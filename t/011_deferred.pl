@@ -293,6 +293,50 @@ is( $node->safe_psql(
 is(ids_before_sentinel(@got), '', 'no late duplicates');
 
 #
+# delivery_outbox.deferred_batch_delay: with none (each batch sent as soon
+# as the last is out) and with a long one (200 ms), still every committed id
+# exactly once, from the worker.
+#
+for my $delay (0, 200)
+{
+	$node->safe_psql('postgres',
+		"ALTER SYSTEM SET delivery_outbox.deferred_batch_delay = $delay");
+	$node->reload;
+	$node->poll_query_until('postgres',
+		"SELECT setting = '$delay' FROM pg_settings
+		  WHERE name = 'delivery_outbox.deferred_batch_delay'")
+	  or die "the new delay was not loaded";
+	$node->pgbench(
+		'--no-vacuum --client=4 --transactions=50',
+		0,
+		[qr{processed: 200/200}],
+		[qr{^$}],
+		"pgbench: 4 producers, batch delay $delay ms",
+		{
+			"011_deferred_delay_$delay" => qq{
+SELECT outbox_enqueue('delay:$delay', 'work', '\\x01');
+}
+		},
+		'postgres');
+	my $ids = $node->safe_psql('postgres',
+		"SELECT string_agg(id::text, ',' ORDER BY id) FROM delivery_outbox
+		  WHERE recipient = 'delay:$delay'");
+	@got = until_sentinel($relay);
+	pop @got;
+	my %seen;
+	$seen{ (split /\@/)[0] }++ for @got;
+	is(join(',', sort { $a <=> $b } keys %seen),
+		$ids, "batch delay $delay ms: exactly the committed ids");
+	is(scalar(grep { $seen{$_} != 1 } keys %seen),
+		0, "batch delay $delay ms: each exactly once");
+	is(scalar(grep { !/\@$pid$/ } @got),
+		0, "batch delay $delay ms: all from the worker");
+}
+$node->safe_psql('postgres',
+	'ALTER SYSTEM RESET delivery_outbox.deferred_batch_delay');
+$node->reload;
+
+#
 # notify = off: nothing; notify = commit: from the producer at its commit.
 #
 $producer->query_safe('SET delivery_outbox.notify = off');
