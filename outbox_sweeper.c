@@ -83,7 +83,7 @@ int			outbox_sweep_interval = 30000;
 int			outbox_reclaim_after = 60;
 int			outbox_retain_acked = -1;
 int			outbox_handover_size = 65536;
-int			outbox_deferred_batch_delay = 1;
+int			outbox_deferred_batch_delay = 2;
 
 OutboxShared *outbox_shared = NULL;
 
@@ -146,7 +146,7 @@ outbox_sweeper_init(void)
 							"In deferred mode, how long the worker lets wake-ups gather after sending a batch.",
 							"0 sends each batch as soon as the previous one is out.  More delay means fewer, larger NOTIFY transactions, and that much more latency under load.",
 							&outbox_deferred_batch_delay,
-							1, 0, 1000,
+							2, 0, 1000,
 							PGC_SIGHUP,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);

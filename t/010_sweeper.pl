@@ -161,7 +161,7 @@ is( $node->safe_psql(
 		                 'delivery_outbox.deferred_batch_delay')
 		  ORDER BY name}),
 	"delivery_outbox.database=postgres\n"
-	  . "delivery_outbox.deferred_batch_delay=1\n"
+	  . "delivery_outbox.deferred_batch_delay=2\n"
 	  . "delivery_outbox.reclaim_after=1\n"
 	  . "delivery_outbox.retain_acked=-1\n"
 	  . "delivery_outbox.sweep_interval=3600000",
