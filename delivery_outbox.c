@@ -196,6 +196,7 @@ typedef struct OutboxInsertCache
 {
 	MemoryContext cxt;			/* holds everything below; NULL if never built */
 	Oid			relid;			/* InvalidOid: rebuild at next use */
+	Oid			userid;			/* whose privileges the states were built with */
 	bool		direct;			/* false: the table needs a real INSERT */
 	int			in_use;			/* inserts running on these states */
 	int			natts;
@@ -823,7 +824,13 @@ outbox_insert_prepare(Relation rel, const OutboxColumns *cols)
 	uint64		generation;
 	int			i;
 
+	/*
+	 * ExecInitExpr checks EXECUTE on the functions it meets: states built
+	 * for one user are not reused for another (the function is SECURITY
+	 * DEFINER, so the user is normally always its owner).
+	 */
 	if (cache->relid == RelationGetRelid(rel) &&
+		cache->userid == GetUserId() &&
 		(!cache->direct || cache->natts == tupdesc->natts))
 		return cache->direct && cache->in_use == 0 ? cache : NULL;
 	if (cache->in_use > 0)
@@ -958,6 +965,7 @@ outbox_insert_prepare(Relation rel, const OutboxColumns *cols)
 	if (outbox_insert_generation != generation)
 		return NULL;			/* changed under us: rebuild next time */
 	cache->relid = RelationGetRelid(rel);
+	cache->userid = GetUserId();
 	return cache->direct ? cache : NULL;
 }
 #endif							/* OUTBOX_DIRECT_INSERT */

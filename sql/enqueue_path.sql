@@ -282,6 +282,39 @@ SELECT what, recipient FROM regress_audit;
 DROP RULE regress_rule ON delivery_outbox;
 
 --
+-- prepared states are not shared between users: with outbox_enqueue made
+-- SECURITY INVOKER (never by default), a default calling a function that
+-- only one role may execute still fails for the other, as an INSERT would
+--
+CREATE ROLE regress_may;
+CREATE ROLE regress_may_not;
+CREATE FUNCTION regress_secret() RETURNS text LANGUAGE sql AS $$ SELECT 'secret' $$;
+REVOKE EXECUTE ON FUNCTION regress_secret() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION regress_secret() TO regress_may;
+ALTER TABLE delivery_outbox ADD COLUMN regress_secret text DEFAULT regress_secret();
+GRANT INSERT ON delivery_outbox TO regress_may, regress_may_not;
+GRANT USAGE ON SEQUENCE delivery_outbox_id_seq TO regress_may, regress_may_not;
+GRANT EXECUTE ON FUNCTION outbox_enqueue(text, text, bytea, text)
+  TO regress_may, regress_may_not;
+ALTER FUNCTION outbox_enqueue(text, text, bytea, text) SECURITY INVOKER;
+SET ROLE regress_may;
+SELECT outbox_enqueue('agent:role', 'work', '\x07') > 0 AS may;
+SET ROLE regress_may_not;
+SELECT outbox_enqueue('agent:role', 'work', '\x07');
+\echo :SQLSTATE
+RESET ROLE;
+SELECT count(*) AS role_rows, min(regress_secret) AS secret
+  FROM delivery_outbox WHERE recipient = 'agent:role';
+ALTER FUNCTION outbox_enqueue(text, text, bytea, text) SECURITY DEFINER;
+REVOKE ALL ON delivery_outbox FROM regress_may, regress_may_not;
+REVOKE ALL ON SEQUENCE delivery_outbox_id_seq FROM regress_may, regress_may_not;
+REVOKE ALL ON FUNCTION outbox_enqueue(text, text, bytea, text)
+  FROM regress_may, regress_may_not;
+ALTER TABLE delivery_outbox DROP COLUMN regress_secret;
+DROP FUNCTION regress_secret();
+DROP ROLE regress_may, regress_may_not;
+
+--
 -- everything enqueued above is pending, with consistent bookkeeping
 --
 SELECT delivery_state, delivery_attempts, count(*) > 0 AS some,
