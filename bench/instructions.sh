@@ -30,46 +30,18 @@
 
 set -euo pipefail
 
-# shellcheck source=scripts/common.sh
-. "$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/scripts/common.sh"
+# shellcheck source=bench/common.sh
+. "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/common.sh"
 
-trap outbox_exit_trap EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-OUTBOX_PACKAGES="valgrind ${OUTBOX_PACKAGES:-}"
-outbox_install_packages
-[ -x "$PG_CONFIG" ] || die "PG_CONFIG=$PG_CONFIG is not an executable pg_config"
-PG_BINDIR=$("$PG_CONFIG" --bindir)
-outbox_pick_user
-outbox_copy_tree
-if [ "${BENCH_NO_BUILD:-0}" = 1 ]; then
-    log "BENCH_NO_BUILD=1: using the installed extension"
-else
-    exec 9>/tmp/outbox-build.lock
-    flock 9
-    outbox_build
-    flock -u 9
-    exec 9>&-
-fi
+bench_setup valgrind
+bench_build_extension
 outbox_start_cluster
 
-PAYLOAD="'\\x$(printf '%02x' $(seq 0 63))'::bytea"
 log "creating the bench database"
 as_user createdb bench || die "createdb bench failed"
-as_user psql -X -q -v ON_ERROR_STOP=1 -d bench <<EOF || die "creating the tables failed"
-CREATE EXTENSION delivery_outbox;
-CREATE TABLE bench_plain (LIKE delivery_outbox INCLUDING ALL);
-CREATE SEQUENCE bench_plain_id_seq OWNED BY bench_plain.id;
-ALTER TABLE bench_plain ALTER id SET DEFAULT nextval('bench_plain_id_seq');
-CREATE TABLE bench_notify (LIKE delivery_outbox INCLUDING ALL);
-CREATE SEQUENCE bench_notify_id_seq OWNED BY bench_notify.id;
-ALTER TABLE bench_notify ALTER id SET DEFAULT nextval('bench_notify_id_seq');
-CREATE FUNCTION bench_notify_id() RETURNS trigger LANGUAGE plpgsql AS
-\$\$ BEGIN PERFORM pg_notify('delivery_outbox', NEW.id::text); RETURN NULL; END \$\$;
-CREATE TRIGGER bench_notify_id AFTER INSERT ON bench_notify
-    FOR EACH ROW EXECUTE FUNCTION bench_notify_id();
-EOF
+as_user psql -X -q -v ON_ERROR_STOP=1 -d bench -c "CREATE EXTENSION delivery_outbox" ||
+    die "CREATE EXTENSION delivery_outbox failed"
+bench_e12_tables bench || die "creating the E1/E2 tables failed"
 # single-user mode needs the server stopped
 outbox_stop_cluster
 
@@ -86,12 +58,16 @@ script()
     chown "$OUTBOX_RUN_USER:" "$f" 2>/dev/null || true
 }
 
+# The statements of bench/run.sh's pgbench scripts, prepared.
+E1=$(bench_statement e1_insert.sql)
+E2=$(bench_statement e2_insert_notify.sql)
+E3=$(bench_statement e3_enqueue.sql)
 WORKLOADS="E1 E2 E3 E3-off"
 for n in 500 1500; do
-    script E1 "PREPARE q(int) AS INSERT INTO bench_plain (recipient, kind, payload) VALUES ('agent:' || \$1::text, 'work', $PAYLOAD);" "EXECUTE q(%d);" $n
-    script E2 "PREPARE q(int) AS INSERT INTO bench_notify (recipient, kind, payload) VALUES ('agent:' || \$1::text, 'work', $PAYLOAD);" "EXECUTE q(%d);" $n
-    script E3 "SET delivery_outbox.notify = commit; PREPARE q(int) AS SELECT outbox_enqueue('agent:' || \$1::text, 'work', $PAYLOAD);" "EXECUTE q(%d);" $n
-    script E3-off "SET delivery_outbox.notify = off; PREPARE q(int) AS SELECT outbox_enqueue('agent:' || \$1::text, 'work', $PAYLOAD);" "EXECUTE q(%d);" $n
+    script E1 "PREPARE q(int) AS $E1;" "EXECUTE q(%d);" $n
+    script E2 "PREPARE q(int) AS $E2;" "EXECUTE q(%d);" $n
+    script E3 "SET delivery_outbox.notify = commit; PREPARE q(int) AS $E3;" "EXECUTE q(%d);" $n
+    script E3-off "SET delivery_outbox.notify = off; PREPARE q(int) AS $E3;" "EXECUTE q(%d);" $n
 done
 
 # count W N: total instructions of a single-user backend running W's N lines

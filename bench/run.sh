@@ -68,11 +68,10 @@
 
 set -uo pipefail
 
-BENCH_DIR=$(cd "$(dirname "$0")" && pwd)
 OUTBOX_PORT=${BENCH_PORT:-5450}
 OUTBOX_QUIET=1
-# shellcheck source=scripts/common.sh
-. "$BENCH_DIR/../scripts/common.sh"
+# shellcheck source=bench/common.sh
+. "$(cd "$(dirname "$0")" && pwd)/common.sh"
 
 QUICK=${QUICK:-0}
 if [ "$QUICK" = 1 ]; then
@@ -117,17 +116,7 @@ bench_install_pgq()
 
 bench_build()
 {
-    if [ "${BENCH_NO_BUILD:-0}" = 1 ]; then
-        log "BENCH_NO_BUILD=1: using the installed extension"
-    else
-        # The extension directory is shared by everyone on this machine:
-        # one build-and-install at a time.
-        exec 9>/tmp/outbox-build.lock
-        flock 9
-        outbox_build
-        flock -u 9
-        exec 9>&-
-    fi
+    bench_build_extension
     log "building bench/relay.c"
     run_logged "$OUTBOX_WORK/relay-build.log" \
         as_user cc -O2 -Wall -Wextra -o "$OUTBOX_WORK/relay" "$OUTBOX_SRC/bench/relay.c" \
@@ -469,17 +458,7 @@ run_l1()
 
 BENCH_START=$(date +%s)
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)
-trap outbox_exit_trap EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-trap 'exit 129' HUP
-
-OUTBOX_PACKAGES="libpq-dev ${OUTBOX_PACKAGES:-}"
-outbox_install_packages
-[ -x "$PG_CONFIG" ] || die "PG_CONFIG=$PG_CONFIG is not an executable pg_config"
-PG_BINDIR=$("$PG_CONFIG" --bindir)
-outbox_pick_user
-outbox_copy_tree
+bench_setup libpq-dev
 RAW=$OUTBOX_WORK/raw
 mkdir -p "$RAW"
 is_root && chown "$OUTBOX_RUN_USER:" "$RAW"
@@ -491,18 +470,7 @@ log "creating the bench database"
 as_user createdb bench || die "createdb bench failed"
 bsql bench "CREATE EXTENSION delivery_outbox" || die "CREATE EXTENSION delivery_outbox failed"
 EXT_VERSION=$(bsql bench "SELECT extversion FROM pg_extension WHERE extname = 'delivery_outbox'")
-bsql bench "
-    CREATE TABLE bench_plain (LIKE delivery_outbox INCLUDING ALL);
-    CREATE SEQUENCE bench_plain_id_seq OWNED BY bench_plain.id;
-    ALTER TABLE bench_plain ALTER id SET DEFAULT nextval('bench_plain_id_seq');
-    CREATE TABLE bench_notify (LIKE delivery_outbox INCLUDING ALL);
-    CREATE SEQUENCE bench_notify_id_seq OWNED BY bench_notify.id;
-    ALTER TABLE bench_notify ALTER id SET DEFAULT nextval('bench_notify_id_seq');
-    CREATE FUNCTION bench_notify_id() RETURNS trigger LANGUAGE plpgsql AS
-    \$\$ BEGIN PERFORM pg_notify('$CHANNEL', NEW.id::text); RETURN NULL; END \$\$;
-    CREATE TRIGGER bench_notify_id AFTER INSERT ON bench_notify
-        FOR EACH ROW EXECUTE FUNCTION bench_notify_id();" ||
-    die "creating the E1/E2 tables failed"
+bench_e12_tables bench || die "creating the E1/E2 tables failed"
 
 HAVE_NOTIFY_GUC=no
 bsql_ok bench "SET delivery_outbox.notify = off" && HAVE_NOTIFY_GUC=yes
