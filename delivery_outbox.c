@@ -190,16 +190,18 @@ typedef struct OutboxXactLevel
  * What outbox_enqueue's direct insert (outbox_insert_row) prepares once per
  * backend instead of once per row: the table's column defaults, CHECK
  * constraints and partial-index predicates, as expression states built from
- * the relcache entry.  Kept until the table's relcache entry is invalidated.
+ * the relcache entry.  Kept until the table's relcache entry, or a function
+ * or type they use, is invalidated.
  */
 typedef struct OutboxInsertCache
 {
 	MemoryContext cxt;			/* holds everything below; NULL if never built */
-	Oid			relid;			/* InvalidOid: rebuild at next use */
+	Oid			relid;			/* the table it was built for */
 	Oid			userid;			/* whose privileges the states were built with */
+	uint64		generation;		/* outbox_insert_generation when built */
 	bool		direct;			/* false: the table needs a real INSERT */
 	int			in_use;			/* inserts running on these states */
-	int			natts;
+	List	   *inval_items;	/* PlanInvalItems: functions and types used */
 	ExprState **defaults;		/* per attribute, NULL: no default (NULL) */
 	int			ncheck;
 	ExprState **checks;			/* in the order of constr->check */
@@ -261,9 +263,9 @@ static HeapTuple outbox_guard_update(Relation rel, HeapTuple oldtuple,
 static bool outbox_insert_row(Datum *values, const char *nulls, int64 *id);
 static void outbox_no_row_inserted(void) pg_attribute_noreturn();
 #if OUTBOX_DIRECT_INSERT
-static OutboxInsertCache *outbox_insert_prepare(Relation rel,
-												const OutboxColumns *cols);
+static OutboxInsertCache *outbox_insert_prepare(Relation rel);
 static bool outbox_reusable_state(ExprState *state);
+static Expr *outbox_plan_expr(Expr *expr);
 #endif
 static void outbox_check_text(FunctionCallInfo fcinfo, int argno,
 							  const char *name, bool required);
@@ -322,11 +324,12 @@ static bool outbox_skip_logged = false;
 
 /*
  * outbox_enqueue's prepared expressions, see OutboxInsertCache, and a
- * counter of the invalidations that concern them (table, functions, types),
- * so that one arriving while they are built is not lost.
+ * counter of the invalidations that concern them (the table, a function or
+ * type they use): they are valid while it has not moved since they were
+ * built, so one arriving during the build is not lost either.
  */
 static OutboxInsertCache outbox_insert_cache;
-static uint64 outbox_insert_generation = 0;
+static uint64 outbox_insert_generation = 1;
 
 /* This transaction's bookkeeping (in TopTransactionContext), see above. */
 static OutboxXactLevel *outbox_xact = NULL;
@@ -591,7 +594,7 @@ outbox_insert_row(Datum *values, const char *nulls, int64 *id)
 	(void) outbox_table();		/* find (or re-check) the table */
 	rel = table_open(outbox_rel_oid, RowExclusiveLock);
 	cols = outbox_columns(rel, "outbox_enqueue");
-	cache = outbox_insert_prepare(rel, cols);
+	cache = outbox_insert_prepare(rel);
 	if (cache == NULL ||
 		pg_class_aclcheck(RelationGetRelid(rel), GetUserId(),
 						  ACL_INSERT) != ACLCHECK_OK)
@@ -700,9 +703,8 @@ outbox_insert_row(Datum *values, const char *nulls, int64 *id)
 												false, NULL, NIL);
 #endif
 			ExecARInsertTriggers(estate, rri, slot, recheck, NULL);
+			/* not NULL: the primary key's NOT NULL was checked above */
 			*id = DatumGetInt64(slot_getattr(slot, cols->id, &isnull));
-			if (isnull)
-				inserted = false;	/* the NOT NULL constraint says no */
 		}
 		AfterTriggerEndQuery(estate);
 
@@ -813,7 +815,7 @@ outbox_reusable_state(ExprState *state)
  * path rather than rebuilding states in use).
  */
 static OutboxInsertCache *
-outbox_insert_prepare(Relation rel, const OutboxColumns *cols)
+outbox_insert_prepare(Relation rel)
 {
 	OutboxInsertCache *cache = &outbox_insert_cache;
 	TupleDesc	tupdesc = RelationGetDescr(rel);
@@ -829,15 +831,15 @@ outbox_insert_prepare(Relation rel, const OutboxColumns *cols)
 	 * for one user are not reused for another (the function is SECURITY
 	 * DEFINER, so the user is normally always its owner).
 	 */
-	if (cache->relid == RelationGetRelid(rel) &&
-		cache->userid == GetUserId() &&
-		(!cache->direct || cache->natts == tupdesc->natts))
+	if (cache->generation == outbox_insert_generation &&
+		cache->relid == RelationGetRelid(rel) &&
+		cache->userid == GetUserId())
 		return cache->direct && cache->in_use == 0 ? cache : NULL;
 	if (cache->in_use > 0)
 		return NULL;
 
-	/* stays invalid unless the build completes with nothing invalidated */
-	cache->relid = InvalidOid;
+	/* valid only if the build completes with nothing invalidated meanwhile */
+	cache->generation = 0;
 	generation = outbox_insert_generation;
 
 	if (cache->cxt == NULL)
@@ -845,7 +847,7 @@ outbox_insert_prepare(Relation rel, const OutboxColumns *cols)
 										   "delivery_outbox insert",
 										   ALLOCSET_SMALL_SIZES);
 	MemoryContextReset(cache->cxt);
-	cache->natts = 0;
+	cache->inval_items = NIL;
 	cache->ncheck = 0;
 	cache->npreds = 0;
 
@@ -859,11 +861,7 @@ outbox_insert_prepare(Relation rel, const OutboxColumns *cols)
 		 (!trig->trig_insert_before_statement &&
 		  !trig->trig_insert_after_statement &&
 		  !trig->trig_insert_instead_row &&
-		  !trig->trig_insert_new_table)) &&
-		TupleDescAttr(tupdesc, cols->recipient - 1)->atttypid == TEXTOID &&
-		TupleDescAttr(tupdesc, cols->kind - 1)->atttypid == TEXTOID &&
-		TupleDescAttr(tupdesc, cols->payload - 1)->atttypid == BYTEAOID &&
-		TupleDescAttr(tupdesc, cols->tenant_id - 1)->atttypid == TEXTOID;
+		  !trig->trig_insert_new_table));
 
 	/*
 	 * A domain's constraints are read when a default is prepared, and
@@ -883,7 +881,6 @@ outbox_insert_prepare(Relation rel, const OutboxColumns *cols)
 		old = MemoryContextSwitchTo(cache->cxt);
 
 		/* defaults, as the rewriter adds them to an INSERT */
-		cache->natts = tupdesc->natts;
 		cache->defaults = palloc0(sizeof(ExprState *) * Max(tupdesc->natts, 1));
 		for (i = 0; i < tupdesc->natts && cache->direct; i++)
 		{
@@ -895,7 +892,7 @@ outbox_insert_prepare(Relation rel, const OutboxColumns *cols)
 			expr = build_column_default(rel, att->attnum);
 			if (expr == NULL)
 				continue;
-			cache->defaults[i] = ExecInitExpr(expression_planner((Expr *) expr),
+			cache->defaults[i] = ExecInitExpr(outbox_plan_expr((Expr *) expr),
 											  NULL);
 			if (!outbox_reusable_state(cache->defaults[i]))
 				cache->direct = false;
@@ -916,7 +913,7 @@ outbox_insert_prepare(Relation rel, const OutboxColumns *cols)
 			for (i = 0; i < cache->ncheck; i++)
 			{
 				cache->checks[i] =
-					ExecInitExpr(expression_planner(stringToNode(check[i].ccbin)),
+					ExecInitExpr(outbox_plan_expr(stringToNode(check[i].ccbin)),
 								 NULL);
 				if (!outbox_reusable_state(cache->checks[i]))
 					cache->ncheck = 0;
@@ -940,7 +937,7 @@ outbox_insert_prepare(Relation rel, const OutboxColumns *cols)
 			pred = RelationGetIndexPredicate(index);
 			if (pred != NIL)
 			{
-				state = ExecInitQual((List *) expression_planner((Expr *) pred),
+				state = ExecInitQual((List *) outbox_plan_expr((Expr *) pred),
 									 NULL);
 				if (outbox_reusable_state(state))
 				{
@@ -956,7 +953,7 @@ outbox_insert_prepare(Relation rel, const OutboxColumns *cols)
 		if (!cache->direct)
 		{
 			MemoryContextReset(cache->cxt);
-			cache->natts = 0;
+			cache->inval_items = NIL;
 			cache->ncheck = 0;
 			cache->npreds = 0;
 		}
@@ -966,7 +963,28 @@ outbox_insert_prepare(Relation rel, const OutboxColumns *cols)
 		return NULL;			/* changed under us: rebuild next time */
 	cache->relid = RelationGetRelid(rel);
 	cache->userid = GetUserId();
+	cache->generation = generation;
 	return cache->direct ? cache : NULL;
+}
+
+/*
+ * outbox_plan_expr
+ *
+ * expression_planner, keeping the functions and types the expression
+ * depends on in outbox_insert_cache.inval_items (in its memory context,
+ * which is current).
+ */
+static Expr *
+outbox_plan_expr(Expr *expr)
+{
+	List	   *relation_oids = NIL;
+	List	   *inval_items = NIL;
+	Expr	   *planned;
+
+	planned = expression_planner_with_deps(expr, &relation_oids, &inval_items);
+	outbox_insert_cache.inval_items =
+		list_concat(outbox_insert_cache.inval_items, inval_items);
+	return planned;
 }
 #endif							/* OUTBOX_DIRECT_INSERT */
 
@@ -2503,23 +2521,37 @@ outbox_relcache_callback(Datum arg, Oid relid)
 		outbox_cols.relid = InvalidOid;
 	if (!OidIsValid(relid) || relid == outbox_insert_cache.relid ||
 		relid == outbox_rel_oid)
-	{
-		outbox_insert_cache.relid = InvalidOid;
 		outbox_insert_generation++;
-	}
 }
 
 /*
  * outbox_insert_callback
  *
- * A function or a type changed: outbox_enqueue's prepared expressions may
- * have inlined the one or coerced to the other.  Rebuilt at next use.
+ * A function or type changed: if outbox_enqueue's prepared expressions use
+ * it (a SQL function inlined into a default, say), rebuild them at next use.
+ * The dependencies are those the plan cache tracks for a statement
+ * (expression_planner_with_deps), matched the way it matches them.
  */
 static void
 outbox_insert_callback(Datum arg, int cacheid, uint32 hashvalue)
 {
-	outbox_insert_cache.relid = InvalidOid;
-	outbox_insert_generation++;
+	ListCell   *lc;
+
+	if (hashvalue == 0)
+	{
+		outbox_insert_generation++;
+		return;
+	}
+	foreach(lc, outbox_insert_cache.inval_items)
+	{
+		PlanInvalItem *item = lfirst_node(PlanInvalItem, lc);
+
+		if (item->cacheId == cacheid && item->hashValue == hashvalue)
+		{
+			outbox_insert_generation++;
+			return;
+		}
+	}
 }
 
 /*
