@@ -272,13 +272,17 @@ static void outbox_check_text(FunctionCallInfo fcinfo, int argno,
 static int64 outbox_check_max_rows(FunctionCallInfo fcinfo, int argno);
 static Datum outbox_check_ids(FunctionCallInfo fcinfo, int argno);
 static Datum outbox_cutoff(FunctionCallInfo fcinfo, int argno);
+static void outbox_check_interval(FunctionCallInfo fcinfo, int argno,
+								  const char *name);
 static Datum outbox_null_text(FunctionCallInfo fcinfo, int argno, char *null);
 static Tuplestorestate *outbox_begin_srf(FunctionCallInfo fcinfo);
 static void outbox_put_rows(Tuplestorestate *tupstore);
 static Datum outbox_count_result(uint64 count);
 static uint64 outbox_ack_internal(Datum ids, Datum recipient, char recipient_null);
-static uint64 outbox_lock_then_update(OutboxPlanId id, Datum *values,
-									  const char *nulls);
+static uint64 outbox_run(OutboxPlanId id, Datum *values, const char *nulls,
+						 int expected);
+static uint64 outbox_cutoff_rows(OutboxPlanId id, int expected,
+								 TimestampTz cutoff, int64 max_rows);
 
 PG_FUNCTION_INFO_V1(outbox_state_guard);
 PG_FUNCTION_INFO_V1(outbox_inserted);
@@ -318,9 +322,8 @@ static bool outbox_cache_stale = false;
 static MemoryContext OutboxCacheContext = NULL;
 static SPIPlanPtr outbox_plans[OUTBOX_NUM_PLANS];
 
-/* The trigger's column map, and whether a skipped NOTIFY was logged. */
+/* The trigger's column map. */
 static OutboxColumns outbox_cols;
-static bool outbox_skip_logged = false;
 
 /*
  * outbox_enqueue's prepared expressions, see OutboxInsertCache, and a
@@ -1103,7 +1106,7 @@ outbox_release(PG_FUNCTION_ARGS)
 	outbox_requeue_counter = OUTBOX_COUNT_RELEASED;
 	PG_TRY();
 	{
-		count = outbox_lock_then_update(OUTBOX_PLAN_RELEASE, values, NULL);
+		count = outbox_run(OUTBOX_PLAN_RELEASE, values, NULL, SPI_OK_UPDATE);
 	}
 	PG_FINALLY();
 	{
@@ -1139,15 +1142,8 @@ outbox_reclaim(PG_FUNCTION_ARGS)
 uint64
 outbox_reclaim_rows(TimestampTz cutoff, int64 max_rows)
 {
-	Datum		values[2];
-	char		nulls[2] = {' ', ' '};
-
-	values[0] = TimestampTzGetDatum(cutoff);
-	values[1] = Int64GetDatum(max_rows);
-	if (max_rows <= 0)
-		nulls[1] = 'n';
-
-	return outbox_lock_then_update(OUTBOX_PLAN_RECLAIM, values, nulls);
+	return outbox_cutoff_rows(OUTBOX_PLAN_RECLAIM, SPI_OK_UPDATE, cutoff,
+							  max_rows);
 }
 
 /*
@@ -1167,10 +1163,9 @@ outbox_reclaim_recipient(PG_FUNCTION_ARGS)
 	values[1] = outbox_null_text(fcinfo, 1, &nulls[1]);
 
 	return outbox_count_result(
-		outbox_lock_then_update(nulls[1] == 'n' ?
-								OUTBOX_PLAN_RESYNC_NULL_TENANT :
-								OUTBOX_PLAN_RESYNC,
-								values, nulls));
+		outbox_run(nulls[1] == 'n' ?
+				   OUTBOX_PLAN_RESYNC_NULL_TENANT : OUTBOX_PLAN_RESYNC,
+				   values, nulls, SPI_OK_UPDATE));
 }
 
 /*
@@ -1189,8 +1184,8 @@ outbox_reassign(PG_FUNCTION_ARGS)
 	values[0] = PG_GETARG_DATUM(0);
 	values[1] = PG_GETARG_DATUM(1);
 
-	return outbox_count_result(outbox_lock_then_update(OUTBOX_PLAN_REASSIGN,
-													   values, NULL));
+	return outbox_count_result(outbox_run(OUTBOX_PLAN_REASSIGN, values, NULL,
+										  SPI_OK_UPDATE));
 }
 
 /*
@@ -1250,20 +1245,8 @@ outbox_purge(PG_FUNCTION_ARGS)
 uint64
 outbox_purge_rows(TimestampTz cutoff, int64 max_rows)
 {
-	Datum		values[2];
-	char		nulls[2] = {' ', ' '};
-	uint64		count;
-
-	values[0] = TimestampTzGetDatum(cutoff);
-	values[1] = Int64GetDatum(max_rows);
-	if (max_rows <= 0)
-		nulls[1] = 'n';
-
-	outbox_spi_connect();
-	count = outbox_execute(OUTBOX_PLAN_PURGE, values, nulls, SPI_OK_DELETE);
-	SPI_finish();
-
-	return count;
+	return outbox_cutoff_rows(OUTBOX_PLAN_PURGE, SPI_OK_DELETE, cutoff,
+							  max_rows);
 }
 
 /*
@@ -1411,10 +1394,7 @@ outbox_wait(PG_FUNCTION_ARGS)
 	OutboxDatabase *db = outbox_my_database(true);
 	bool		found = false;
 
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("timeout must not be null")));
+	outbox_check_interval(fcinfo, 0, "timeout");
 	outbox_check_text(fcinfo, 1, "recipient", false);
 	values[0] = outbox_null_text(fcinfo, 1, &nulls[0]);
 	plan = nulls[0] == 'n' ? OUTBOX_PLAN_EXISTS : OUTBOX_PLAN_EXISTS_R;
@@ -1422,18 +1402,10 @@ outbox_wait(PG_FUNCTION_ARGS)
 	/* the deadline is "now + timeout"; a huge timeout is capped at a day */
 	{
 		Interval   *timeout = PG_GETARG_INTERVAL_P(0);
-		Interval	zero;
 		Interval	day;
 
-		memset(&zero, 0, sizeof(zero));
 		memset(&day, 0, sizeof(day));
 		day.day = 1;
-		if (DatumGetBool(DirectFunctionCall2(interval_lt,
-											 IntervalPGetDatum(timeout),
-											 IntervalPGetDatum(&zero))))
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("timeout must not be negative")));
 		if (DatumGetBool(DirectFunctionCall2(interval_gt,
 											 IntervalPGetDatum(timeout),
 											 IntervalPGetDatum(&day))))
@@ -1451,9 +1423,7 @@ outbox_wait(PG_FUNCTION_ARGS)
 		if (db != NULL)
 			ConditionVariablePrepareToSleep(&db->pending_cv);
 
-		outbox_spi_connect();
-		found = outbox_execute(plan, values, nulls, SPI_OK_SELECT) > 0;
-		SPI_finish();
+		found = outbox_run(plan, values, nulls, SPI_OK_SELECT) > 0;
 
 		remaining = TimestampDifferenceMilliseconds(GetCurrentTimestamp(),
 													deadline);
@@ -2085,6 +2055,7 @@ outbox_notify(int64 id)
 {
 	static LocalTransactionId checked_in = InvalidLocalTransactionId;
 	static double usage = 0.0;
+	static bool skip_logged = false;	/* until the queue drains again */
 	char		payload[32];
 #if PG_VERSION_NUM >= 170000
 	LocalTransactionId lxid = MyProc->vxid.lxid;
@@ -2107,7 +2078,7 @@ outbox_notify(int64 id)
 
 	if (usage >= outbox_notify_queue_limit)
 	{
-		if (!outbox_skip_logged)
+		if (!skip_logged)
 		{
 			ereport(LOG,
 					(errmsg("delivery_outbox: notification queue is %.1f%% full, skipping wake-ups for new rows",
@@ -2115,12 +2086,12 @@ outbox_notify(int64 id)
 					 errdetail("The rows are kept; relays find them by draining the table."),
 					 errhint("Find the session that LISTENs without consuming its notifications (often one idle in a long transaction, see pg_stat_activity), or raise \"%s.notify_queue_limit\" (now %g).",
 							 OUTBOX_GUC_PREFIX, outbox_notify_queue_limit)));
-			outbox_skip_logged = true;
+			skip_logged = true;
 		}
 		outbox_count(OUTBOX_COUNT_NOTIFY_SKIPPED, 1);
 		return;
 	}
-	outbox_skip_logged = false;
+	skip_logged = false;
 
 	snprintf(payload, sizeof(payload), INT64_FORMAT, id);
 	Async_Notify(outbox_channel, payload);
@@ -2983,20 +2954,41 @@ outbox_execute(OutboxPlanId id, Datum *values, const char *nulls, int expected)
 }
 
 /*
- * outbox_lock_then_update
+ * outbox_run
  *
- * Run one of the "lock ORDER BY id, then UPDATE" (or skip-locked) statements
- * in its own SPI connection and return the number of rows it changed.
+ * Run one kept statement in its own SPI connection (the "lock ORDER BY id,
+ * then UPDATE" and skip-locked statements, purge's DELETE, outbox_wait's
+ * probe) and return the number of rows it processed.
  */
 static uint64
-outbox_lock_then_update(OutboxPlanId id, Datum *values, const char *nulls)
+outbox_run(OutboxPlanId id, Datum *values, const char *nulls, int expected)
 {
 	uint64		count;
 
 	outbox_spi_connect();
-	count = outbox_execute(id, values, nulls, SPI_OK_UPDATE);
+	count = outbox_execute(id, values, nulls, expected);
 	SPI_finish();
 	return count;
+}
+
+/*
+ * outbox_cutoff_rows
+ *
+ * Reclaim's and purge's statement: rows older than cutoff, at most
+ * max_rows (all when <= 0), skipping locked rows.
+ */
+static uint64
+outbox_cutoff_rows(OutboxPlanId id, int expected, TimestampTz cutoff,
+				   int64 max_rows)
+{
+	Datum		values[2];
+	char		nulls[2] = {' ', ' '};
+
+	values[0] = TimestampTzGetDatum(cutoff);
+	values[1] = Int64GetDatum(max_rows);
+	if (max_rows <= 0)
+		nulls[1] = 'n';
+	return outbox_run(id, values, nulls, expected);
 }
 
 /*
@@ -3222,6 +3214,28 @@ outbox_check_ids(FunctionCallInfo fcinfo, int argno)
 }
 
 /*
+ * outbox_check_interval
+ *
+ * An interval argument must be given and not negative: 22004 or 22023.
+ */
+static void
+outbox_check_interval(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	Interval	zero;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", name)));
+	memset(&zero, 0, sizeof(zero));
+	if (DatumGetBool(DirectFunctionCall2(interval_lt, PG_GETARG_DATUM(argno),
+										 IntervalPGetDatum(&zero))))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not be negative", name)));
+}
+
+/*
  * outbox_cutoff
  *
  * older_than (a non-NULL, non-negative interval) turned into the timestamp
@@ -3232,22 +3246,11 @@ outbox_check_ids(FunctionCallInfo fcinfo, int argno)
 static Datum
 outbox_cutoff(FunctionCallInfo fcinfo, int argno)
 {
-	Interval	zero;
 	Interval	limit;
 	Datum		older_than;
 
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("older_than must not be null")));
+	outbox_check_interval(fcinfo, argno, "older_than");
 	older_than = PG_GETARG_DATUM(argno);
-
-	memset(&zero, 0, sizeof(zero));
-	if (DatumGetBool(DirectFunctionCall2(interval_lt, older_than,
-										 IntervalPGetDatum(&zero))))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("older_than must not be negative")));
 
 	/*
 	 * Subtracting thousands of years would fall off the start of the
