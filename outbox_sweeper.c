@@ -676,18 +676,6 @@ sweeper_send_wakeups(OutboxDatabase *db, int max_batches)
 
 		StartTransactionCommand();
 		pgstat_report_activity(STATE_RUNNING, "delivery_outbox: sending wake-ups");
-
-		/*
-		 * NOTIFY gives the transaction an xid, so its commit writes a commit
-		 * record; waiting for that record's flush would put a second WAL
-		 * flush between the producer's commit and the relays' wake-up, and
-		 * one more flush per batch on the producers' WAL.  Nothing here
-		 * needs to be durable (the rows are; the notification queue never
-		 * is), so: SET LOCAL synchronous_commit = off.
-		 */
-		(void) set_config_option("synchronous_commit", "off",
-								 PGC_SUSET, PGC_S_SESSION,
-								 GUC_ACTION_LOCAL, true, 0, false);
 		for (i = 0; i < n; i++)
 			outbox_notify(sweeper_batch[i]);
 		CommitTransactionCommand();
