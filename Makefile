@@ -1,7 +1,8 @@
 # Makefile for delivery_outbox (PGXS)
 
 MODULE_big = delivery_outbox
-OBJS = delivery_outbox.o outbox_sweeper.o
+OBJS = delivery_outbox.o outbox_shmem.o outbox_xact.o outbox_trigger.o outbox_table.o \
+	outbox_insert.o outbox_api.o outbox_worker.o
 EXTENSION = delivery_outbox
 DATA = $(notdir $(wildcard $(srcdir)/delivery_outbox--*.sql))
 PGFILEDESC = "delivery_outbox - ack-tracked push-delivery outbox"
@@ -14,4 +15,4 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-delivery_outbox.o outbox_sweeper.o: delivery_outbox.h
+$(OBJS): $(wildcard *.h)

@@ -1,0 +1,993 @@
+/*-------------------------------------------------------------------------
+ *
+ * outbox_api.c
+ *		The SQL-callable functions of the outbox, and their argument checks.
+ *
+ * Every function runs in the caller's transaction.  None silently does
+ * nothing on a NULL argument: a required argument that is NULL raises
+ * 22004, and every bad argument raises an error before anything is written.
+ * The functions change rows only through the statements of outbox_table.c
+ * (so the state guard sees every change) and never write the bookkeeping
+ * columns themselves.
+ *
+ * Copyright (c) 2026, delivery_outbox developers
+ *
+ * IDENTIFICATION
+ *		outbox_api.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "commands/dbcommands.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/condition_variable.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/timestamp.h"
+#include "utils/tuplestore.h"
+
+#include "delivery_outbox.h"
+#include "outbox_insert.h"
+#include "outbox_shmem.h"
+#include "outbox_table.h"
+#include "outbox_trigger.h"
+#include "outbox_xact.h"
+
+static int	outbox_int64_cmp(const void *a, const void *b);
+static Datum outbox_text_array(FunctionCallInfo fcinfo, int argno,
+							   const char *name, bool required,
+							   bool elements_required, int *nitems);
+static void outbox_check_text(FunctionCallInfo fcinfo, int argno,
+							  const char *name, bool required);
+static int64 outbox_check_max_rows(FunctionCallInfo fcinfo, int argno);
+static Datum outbox_check_ids(FunctionCallInfo fcinfo, int argno);
+static Datum outbox_cutoff(FunctionCallInfo fcinfo, int argno);
+static void outbox_check_interval(FunctionCallInfo fcinfo, int argno,
+								  const char *name);
+static Datum outbox_null_text(FunctionCallInfo fcinfo, int argno, char *null);
+static Tuplestorestate *outbox_begin_srf(FunctionCallInfo fcinfo);
+static void outbox_put_rows(Tuplestorestate *tupstore);
+static Datum outbox_count_result(uint64 count);
+static uint64 outbox_ack_internal(Datum ids, Datum recipient, char recipient_null);
+
+PG_FUNCTION_INFO_V1(outbox_enqueue);
+PG_FUNCTION_INFO_V1(outbox_claim);
+PG_FUNCTION_INFO_V1(outbox_ack);
+PG_FUNCTION_INFO_V1(outbox_ack_array);
+PG_FUNCTION_INFO_V1(outbox_release);
+PG_FUNCTION_INFO_V1(outbox_reclaim);
+PG_FUNCTION_INFO_V1(outbox_reclaim_recipient);
+PG_FUNCTION_INFO_V1(outbox_reassign);
+PG_FUNCTION_INFO_V1(outbox_replay);
+PG_FUNCTION_INFO_V1(outbox_purge);
+PG_FUNCTION_INFO_V1(outbox_stats);
+PG_FUNCTION_INFO_V1(outbox_enqueue_batch);
+PG_FUNCTION_INFO_V1(outbox_wait);
+PG_FUNCTION_INFO_V1(outbox_activity);
+
+/*
+ * outbox_enqueue
+ *
+ * Insert one pending row and return its id.  The trigger validates the row
+ * (payload size included) and queues the wake-up.
+ */
+Datum
+outbox_enqueue(PG_FUNCTION_ARGS)
+{
+	Datum		values[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
+	bool		isnull;
+	int64		id;
+
+	outbox_check_text(fcinfo, 0, "recipient", true);
+	outbox_check_text(fcinfo, 1, "kind", true);
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("payload must not be null")));
+
+	values[0] = PG_GETARG_DATUM(0);
+	values[1] = PG_GETARG_DATUM(1);
+	values[2] = PG_GETARG_DATUM(2);
+	values[3] = outbox_null_text(fcinfo, 3, &nulls[3]);
+
+	if (outbox_insert_row(values, nulls, &id))
+		PG_RETURN_INT64(id);
+
+	outbox_spi_connect();
+	outbox_execute(OUTBOX_PLAN_ENQUEUE, values, nulls, SPI_OK_INSERT_RETURNING);
+	if (SPI_processed != 1)
+		outbox_no_row_inserted();
+	id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+									 SPI_tuptable->tupdesc, 1, &isnull));
+	SPI_finish();
+
+	PG_RETURN_INT64(id);
+}
+
+/*
+ * outbox_claim
+ *
+ * Move up to max_rows pending rows (optionally one recipient's and/or one
+ * tenant's) to delivered, oldest id first, skipping rows that other sessions
+ * hold locked, and return them as updated, in id order.
+ */
+Datum
+outbox_claim(PG_FUNCTION_ARGS)
+{
+	Datum		values[3];
+	char		nulls[3] = {' ', ' ', ' '};
+	Tuplestorestate *tupstore;
+	int			variant = 0;
+
+	values[0] = Int64GetDatum(outbox_check_max_rows(fcinfo, 0));
+	outbox_check_text(fcinfo, 1, "recipient", false);
+	values[1] = outbox_null_text(fcinfo, 1, &nulls[1]);
+	values[2] = outbox_null_text(fcinfo, 2, &nulls[2]);
+	if (nulls[1] == ' ')
+		variant += 1;
+	if (nulls[2] == ' ')
+		variant += 2;
+
+	tupstore = outbox_begin_srf(fcinfo);
+
+	outbox_spi_connect();
+	outbox_execute(OUTBOX_PLAN_CLAIM + variant, values, nulls, SPI_OK_SELECT);
+	outbox_put_rows(tupstore);
+	SPI_finish();
+
+	return (Datum) 0;
+}
+
+/*
+ * outbox_ack
+ *
+ * Ack one row; true if this call acked it.
+ */
+Datum
+outbox_ack(PG_FUNCTION_ARGS)
+{
+	Datum		id;
+	Datum		ids;
+	char		recipient_null;
+	Datum		recipient;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("id must not be null")));
+	outbox_check_text(fcinfo, 1, "recipient", false);
+	recipient = outbox_null_text(fcinfo, 1, &recipient_null);
+
+	id = PG_GETARG_DATUM(0);
+	ids = PointerGetDatum(construct_array(&id, 1, INT8OID, sizeof(int64),
+										  FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+
+	PG_RETURN_BOOL(outbox_ack_internal(ids, recipient, recipient_null) == 1);
+}
+
+/*
+ * outbox_ack_array
+ *
+ * SQL outbox_ack(bigint[], text): ack many rows; the number acked by this
+ * call.
+ */
+Datum
+outbox_ack_array(PG_FUNCTION_ARGS)
+{
+	Datum		ids = outbox_check_ids(fcinfo, 0);
+	char		recipient_null;
+	Datum		recipient;
+
+	outbox_check_text(fcinfo, 1, "recipient", false);
+	recipient = outbox_null_text(fcinfo, 1, &recipient_null);
+
+	return outbox_count_result(outbox_ack_internal(ids, recipient,
+												   recipient_null));
+}
+
+/*
+ * outbox_release
+ *
+ * Give claimed rows back: delivered -> pending, in id order.
+ */
+Datum
+outbox_release(PG_FUNCTION_ARGS)
+{
+	Datum		values[1];
+
+	uint64		count;
+
+	values[0] = outbox_check_ids(fcinfo, 0);
+
+	/* the trigger counts these delivered -> pending moves as releases */
+	outbox_requeue_counter = OUTBOX_COUNT_RELEASED;
+	PG_TRY();
+	{
+		count = outbox_run(OUTBOX_PLAN_RELEASE, values, NULL, SPI_OK_UPDATE);
+	}
+	PG_FINALLY();
+	{
+		outbox_requeue_counter = OUTBOX_COUNT_RECLAIMED;
+	}
+	PG_END_TRY();
+
+	return outbox_count_result(count);
+}
+
+/*
+ * outbox_reclaim
+ *
+ * The sweeper: rows delivered longer ago than older_than go back to pending,
+ * at most max_rows of them (all when NULL), skipping locked rows.
+ */
+Datum
+outbox_reclaim(PG_FUNCTION_ARGS)
+{
+	TimestampTz cutoff = DatumGetTimestampTz(outbox_cutoff(fcinfo, 0));
+	int64		max_rows = PG_ARGISNULL(1) ? 0 : outbox_check_max_rows(fcinfo, 1);
+
+	return outbox_count_result(outbox_reclaim_rows(cutoff, max_rows));
+}
+
+/*
+ * outbox_reclaim_recipient
+ *
+ * Reconnect resync: every delivered row of the recipient, in the given tenant
+ * (a NULL tenant matches NULL only), back to pending.
+ */
+Datum
+outbox_reclaim_recipient(PG_FUNCTION_ARGS)
+{
+	Datum		values[2];
+	char		nulls[2] = {' ', ' '};
+
+	outbox_check_text(fcinfo, 0, "recipient", true);
+	values[0] = PG_GETARG_DATUM(0);
+	values[1] = outbox_null_text(fcinfo, 1, &nulls[1]);
+
+	return outbox_count_result(
+		outbox_run(nulls[1] == 'n' ?
+				   OUTBOX_PLAN_RESYNC_NULL_TENANT : OUTBOX_PLAN_RESYNC,
+				   values, nulls, SPI_OK_UPDATE));
+}
+
+/*
+ * outbox_reassign
+ *
+ * Re-address every non-acked row of from_recipient to to_recipient, as
+ * pending.
+ */
+Datum
+outbox_reassign(PG_FUNCTION_ARGS)
+{
+	Datum		values[2];
+
+	outbox_check_text(fcinfo, 0, "from_recipient", true);
+	outbox_check_text(fcinfo, 1, "to_recipient", true);
+	values[0] = PG_GETARG_DATUM(0);
+	values[1] = PG_GETARG_DATUM(1);
+
+	return outbox_count_result(outbox_run(OUTBOX_PLAN_REASSIGN, values, NULL,
+										  SPI_OK_UPDATE));
+}
+
+/*
+ * outbox_replay
+ *
+ * Read, without changing anything, the recipient's open rows with
+ * id > after_id in id order.  A NULL tenant_id means any tenant.
+ */
+Datum
+outbox_replay(PG_FUNCTION_ARGS)
+{
+	Datum		values[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
+	Tuplestorestate *tupstore;
+
+	outbox_check_text(fcinfo, 0, "recipient", true);
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("after_id must not be null")));
+	values[0] = PG_GETARG_DATUM(0);
+	values[1] = PG_GETARG_DATUM(1);
+	values[2] = Int64GetDatum(outbox_check_max_rows(fcinfo, 2));
+	values[3] = outbox_null_text(fcinfo, 3, &nulls[3]);
+
+	tupstore = outbox_begin_srf(fcinfo);
+
+	outbox_spi_connect();
+	outbox_execute(nulls[3] == 'n' ? OUTBOX_PLAN_REPLAY : OUTBOX_PLAN_REPLAY_T,
+				   values, nulls, SPI_OK_SELECT);
+	outbox_put_rows(tupstore);
+	SPI_finish();
+
+	return (Datum) 0;
+}
+
+/*
+ * outbox_purge
+ *
+ * Delete acked rows acked longer ago than older_than, skipping locked rows.
+ */
+Datum
+outbox_purge(PG_FUNCTION_ARGS)
+{
+	TimestampTz cutoff = DatumGetTimestampTz(outbox_cutoff(fcinfo, 0));
+
+	PG_RETURN_INT64((int64) outbox_purge_rows(cutoff, 0));
+}
+
+/*
+ * outbox_stats
+ *
+ * One row: rows per state, the age of the oldest pending row (since
+ * enqueue) and of the oldest delivered row (since delivery), and the number
+ * of recipients with open rows.
+ */
+Datum
+outbox_stats(PG_FUNCTION_ARGS)
+{
+	TupleDesc	tupdesc;
+	Datum		now = TimestampTzGetDatum(GetCurrentTimestamp());
+	Datum		values[6];
+	bool		nulls[6];
+	HeapTuple	result;
+	int			i;
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	tupdesc = BlessTupleDesc(tupdesc);
+	if (tupdesc->natts != lengthof(values))
+		elog(ERROR, "outbox_stats() is declared with %d columns, expected %d",
+			 tupdesc->natts, (int) lengthof(values));
+
+	outbox_spi_connect();
+	outbox_execute(OUTBOX_PLAN_STATS, &now, NULL, SPI_OK_SELECT);
+	if (SPI_processed != 1)
+		elog(ERROR, "outbox statistics query returned " UINT64_FORMAT " rows",
+			 SPI_processed);
+	for (i = 0; i < tupdesc->natts; i++)
+	{
+		Datum		v = SPI_getbinval(SPI_tuptable->vals[0],
+									  SPI_tuptable->tupdesc, i + 1, &nulls[i]);
+
+		/* copy by-reference values (the intervals) out of SPI memory */
+		values[i] = nulls[i] ? (Datum) 0 :
+			SPI_datumTransfer(v, TupleDescAttr(tupdesc, i)->attbyval,
+							  TupleDescAttr(tupdesc, i)->attlen);
+	}
+	SPI_finish();
+
+	result = heap_form_tuple(tupdesc, values, nulls);
+	PG_RETURN_DATUM(HeapTupleGetDatum(result));
+}
+
+/*
+ * outbox_enqueue_batch
+ *
+ * Insert one pending row per array position and return the ids in input
+ * order.  The arrays must have equal lengths (tenant_ids may be NULL: no
+ * tenant for any row); every element is validated as outbox_enqueue()
+ * validates its arguments, and the trigger checks and wakes each row.
+ */
+Datum
+outbox_enqueue_batch(PG_FUNCTION_ARGS)
+{
+	Datum		values[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
+	int			n[4] = {0, 0, 0, 0};
+	Tuplestorestate *tupstore;
+	TupleDesc	tupdesc;
+	int64	   *ids;
+	uint64		i;
+	int			a;
+
+	values[0] = outbox_text_array(fcinfo, 0, "recipients", true, true, &n[0]);
+	values[1] = outbox_text_array(fcinfo, 1, "kinds", true, true, &n[1]);
+	values[2] = outbox_text_array(fcinfo, 2, "payloads", true, true, &n[2]);
+	values[3] = outbox_text_array(fcinfo, 3, "tenant_ids", false, false, &n[3]);
+	if (PG_ARGISNULL(3))
+		nulls[3] = 'n';
+	for (a = 1; a < 4; a++)
+	{
+		if (a == 3 && PG_ARGISNULL(3))
+			continue;
+		if (n[a] != n[0])
+			ereport(ERROR,
+					(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+					 errmsg("outbox batch arrays must have equal lengths"),
+					 errdetail("Array recipients has length %d; array %s has length %d.",
+							   n[0], a == 1 ? "kinds" : a == 2 ? "payloads" : "tenant_ids",
+							   n[a])));
+	}
+
+	tupstore = outbox_begin_srf(fcinfo);
+	if (n[0] == 0)
+		return (Datum) 0;
+
+	outbox_spi_connect();
+	outbox_execute(OUTBOX_PLAN_ENQUEUE_BATCH, values, nulls,
+				   SPI_OK_INSERT_RETURNING);
+	if (SPI_processed != (uint64) n[0])
+		elog(ERROR, "outbox batch insert returned " UINT64_FORMAT " rows, expected %d",
+			 SPI_processed, n[0]);
+	ids = palloc(sizeof(int64) * n[0]);
+	for (i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+
+		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i],
+											 SPI_tuptable->tupdesc, 1, &isnull));
+	}
+
+	/*
+	 * The rows were inserted in input order and each took the next value of
+	 * the sequence, so ascending ids are input order, whatever order
+	 * RETURNING used.
+	 */
+	qsort(ids, n[0], sizeof(int64), outbox_int64_cmp);
+	tupdesc = ((ReturnSetInfo *) fcinfo->resultinfo)->setDesc;
+	for (a = 0; a < n[0]; a++)
+	{
+		Datum		v = Int64GetDatum(ids[a]);
+		bool		isnull = false;
+
+		tuplestore_putvalues(tupstore, tupdesc, &v, &isnull);
+	}
+	SPI_finish();
+
+	return (Datum) 0;
+}
+
+/*
+ * outbox_wait
+ *
+ * Block until there is a pending row (for recipient, if given) or timeout
+ * has passed; true if there is one.  With the library preloaded the wait
+ * sleeps on the database's condition variable, which every transaction that
+ * made rows pending broadcasts at commit; without it, it polls every
+ * OUTBOX_WAIT_POLL_MS.  Interruptible (statement_timeout, cancel).  Each
+ * check takes a new snapshot, so call it in READ COMMITTED (autocommit).
+ */
+#define OUTBOX_WAIT_POLL_MS		100
+#define OUTBOX_WAIT_RECHECK_MS	1000
+
+Datum
+outbox_wait(PG_FUNCTION_ARGS)
+{
+	Datum		values[1];
+	char		nulls[1] = {' '};
+	OutboxPlanId plan;
+	TimestampTz deadline;
+	OutboxDatabase *db = outbox_my_database(true);
+	bool		found = false;
+
+	outbox_check_interval(fcinfo, 0, "timeout");
+	outbox_check_text(fcinfo, 1, "recipient", false);
+	values[0] = outbox_null_text(fcinfo, 1, &nulls[0]);
+	plan = nulls[0] == 'n' ? OUTBOX_PLAN_EXISTS : OUTBOX_PLAN_EXISTS_R;
+
+	/* the deadline is "now + timeout"; a huge timeout is capped at a day */
+	{
+		Interval   *timeout = PG_GETARG_INTERVAL_P(0);
+		Interval	day;
+
+		memset(&day, 0, sizeof(day));
+		day.day = 1;
+		if (DatumGetBool(DirectFunctionCall2(interval_gt,
+											 IntervalPGetDatum(timeout),
+											 IntervalPGetDatum(&day))))
+			timeout = &day;
+		deadline = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+														   TimestampTzGetDatum(GetCurrentTimestamp()),
+														   IntervalPGetDatum(timeout)));
+	}
+
+	for (;;)
+	{
+		long		remaining;
+
+		/* get on the wait list before looking, so no commit is missed */
+		if (db != NULL)
+			ConditionVariablePrepareToSleep(&db->pending_cv);
+
+		found = outbox_run(plan, values, nulls, SPI_OK_SELECT) > 0;
+
+		remaining = TimestampDifferenceMilliseconds(GetCurrentTimestamp(),
+													deadline);
+		if (found || remaining <= 0)
+			break;
+
+		if (db != NULL)
+			(void) ConditionVariableTimedSleep(&db->pending_cv,
+											   Min(remaining, OUTBOX_WAIT_RECHECK_MS),
+											   PG_WAIT_EXTENSION);
+		else
+		{
+			(void) WaitLatch(MyLatch,
+							 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 Min(remaining, OUTBOX_WAIT_POLL_MS),
+							 PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+		}
+		CHECK_FOR_INTERRUPTS();
+	}
+	if (db != NULL)
+		ConditionVariableCancelSleep();
+
+	PG_RETURN_BOOL(found);
+}
+
+/*
+ * outbox_activity
+ *
+ * One row per database that shared memory tracks: the counters since server
+ * start and the open backlog.  Reading them is O(1); only when this
+ * database's backlog has not been counted since the server started (or, in
+ * a database no worker serves, not for OUTBOX_RECOUNT_MS) is it counted
+ * here, from the open-row index.  Needs shared_preload_libraries (55000
+ * otherwise).
+ */
+#define OUTBOX_RECOUNT_MS		60000
+
+Datum
+outbox_activity(PG_FUNCTION_ARGS)
+{
+	Tuplestorestate *tupstore;
+	TupleDesc	tupdesc;
+	int			i;
+
+	if (outbox_shared == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("delivery_outbox activity counters are not available"),
+				 errdetail("The counters live in shared memory, which needs the library preloaded."),
+				 errhint("Add delivery_outbox to shared_preload_libraries and restart the server.")));
+
+	tupstore = outbox_begin_srf(fcinfo);
+	tupdesc = ((ReturnSetInfo *) fcinfo->resultinfo)->setDesc;
+	if (tupdesc->natts != OUTBOX_NUM_COUNTERS + 2)
+		elog(ERROR, "outbox_activity() is declared with %d columns, expected %d",
+			 tupdesc->natts, OUTBOX_NUM_COUNTERS + 2);
+
+	{
+		OutboxDatabase *mine = outbox_my_database(true);
+
+		/*
+		 * Count when never counted since the start; where no worker
+		 * re-counts at every sweep, also when the last count is older than
+		 * OUTBOX_RECOUNT_MS, so that drift (TRUNCATE, a dropped extension)
+		 * does not last.
+		 */
+		if (mine != NULL &&
+			(pg_atomic_read_u32(&mine->backlog_valid) == 0 ||
+			 (mine->worker_pid == 0 &&
+			  TimestampDifferenceExceeds((TimestampTz) pg_atomic_read_u64(&mine->backlog_counted_at),
+										 GetCurrentTimestamp(),
+										 OUTBOX_RECOUNT_MS))) &&
+			outbox_installed())
+			outbox_sync_backlog(mine);
+	}
+
+	for (i = 0; i < OUTBOX_MAX_DATABASES; i++)
+	{
+		OutboxDatabase *db = &outbox_shared->databases[i];
+		Datum		values[OUTBOX_NUM_COUNTERS + 2];
+		bool		nulls[OUTBOX_NUM_COUNTERS + 2];
+		char	   *datname;
+		int			c;
+
+		if (!OidIsValid(db->dboid))
+			continue;
+		datname = get_database_name(db->dboid);
+		if (datname == NULL)
+			continue;			/* dropped */
+
+		memset(nulls, 0, sizeof(nulls));
+		values[0] = CStringGetTextDatum(datname);
+		for (c = 0; c < OUTBOX_NUM_COUNTERS; c++)
+			values[c + 1] = Int64GetDatum((int64) pg_atomic_read_u64(&db->counters[c]));
+		if (pg_atomic_read_u32(&db->backlog_valid) == 0)
+		{
+			for (c = OUTBOX_FIRST_GAUGE; c < OUTBOX_NUM_COUNTERS; c++)
+				nulls[c + 1] = true;
+		}
+		values[OUTBOX_NUM_COUNTERS + 1] = TimestampTzGetDatum(outbox_shared->started);
+		tuplestore_putvalues(tupstore, tupdesc, values, nulls);
+	}
+
+	return (Datum) 0;
+}
+
+static int
+outbox_int64_cmp(const void *a, const void *b)
+{
+	int64		x = *(const int64 *) a;
+	int64		y = *(const int64 *) b;
+
+	return (x > y) - (x < y);
+}
+
+/*
+ * outbox_ack_internal
+ *
+ * Ack the rows named by the int8[] ids (only the recipient's, unless
+ * recipient_null is 'n').  The open rows are first locked in id order; a row
+ * found pending (a late ack after a reclaim) is moved through delivered, so
+ * the trigger's rules and bookkeeping hold; then every locked row goes to
+ * acked.  Returns the number of rows this call acked.
+ */
+static uint64
+outbox_ack_internal(Datum ids, Datum recipient, char recipient_null)
+{
+	Datum		values[2];
+	char		nulls[2] = {' ', recipient_null};
+	uint64		nlocked;
+	uint64		npending = 0;
+	uint64		count;
+	Datum	   *locked;
+	Datum	   *pending;
+	uint64		i;
+
+	values[0] = ids;
+	values[1] = recipient;
+
+	outbox_spi_connect();
+
+	/*
+	 * One id without a recipient filter, the common case: ack a delivered
+	 * row in one statement.  (Only several rows need locking in id order
+	 * first; a row found otherwise takes the general path below.)
+	 */
+	if (recipient_null == 'n' &&
+		ArrayGetNItems(ARR_NDIM(DatumGetArrayTypeP(ids)),
+					   ARR_DIMS(DatumGetArrayTypeP(ids))) == 1 &&
+		outbox_execute(OUTBOX_PLAN_ACK_FINISH, values, NULL, SPI_OK_UPDATE) == 1)
+	{
+		SPI_finish();
+		return 1;
+	}
+
+	nlocked = outbox_execute(recipient_null == 'n' ?
+							 OUTBOX_PLAN_ACK_LOCK : OUTBOX_PLAN_ACK_LOCK_R,
+							 values, nulls, SPI_OK_SELECT);
+	if (nlocked == 0)
+	{
+		SPI_finish();
+		return 0;
+	}
+
+	locked = palloc(sizeof(Datum) * nlocked);
+	pending = palloc(sizeof(Datum) * nlocked);
+	for (i = 0; i < nlocked; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		bool		isnull;
+
+		locked[i] = SPI_getbinval(tup, SPI_tuptable->tupdesc, 1, &isnull);
+		if (DatumGetBool(SPI_getbinval(tup, SPI_tuptable->tupdesc, 2, &isnull)))
+			pending[npending++] = locked[i];
+	}
+
+	if (npending > 0)
+	{
+		values[0] = PointerGetDatum(construct_array(pending, (int) npending,
+													INT8OID, sizeof(int64),
+													FLOAT8PASSBYVAL,
+													TYPALIGN_DOUBLE));
+		outbox_execute(OUTBOX_PLAN_ACK_DELIVER, values, NULL, SPI_OK_UPDATE);
+	}
+
+	values[0] = PointerGetDatum(construct_array(locked, (int) nlocked,
+												INT8OID, sizeof(int64),
+												FLOAT8PASSBYVAL,
+												TYPALIGN_DOUBLE));
+	count = outbox_execute(OUTBOX_PLAN_ACK_FINISH, values, NULL, SPI_OK_UPDATE);
+	SPI_finish();
+
+	return count;
+}
+
+
+/* ---------------------------------------------------------------------
+ * Argument checks and result helpers
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * outbox_check_text
+ *
+ * A recipient or kind argument: NULL is an error when required (22004), and
+ * an empty string is always one (22023).
+ */
+static void
+outbox_check_text(FunctionCallInfo fcinfo, int argno, const char *name,
+				  bool required)
+{
+	if (PG_ARGISNULL(argno))
+	{
+		if (required)
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("%s must not be null", name)));
+		return;
+	}
+	if (VARSIZE_ANY_EXHDR(PG_GETARG_TEXT_PP(argno)) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not be empty", name)));
+}
+
+/*
+ * outbox_null_text
+ *
+ * An optional text argument as an SPI parameter: its value, and 'n' in *null
+ * when it is NULL.
+ */
+static Datum
+outbox_null_text(FunctionCallInfo fcinfo, int argno, char *null)
+{
+	*null = PG_ARGISNULL(argno) ? 'n' : ' ';
+	return PG_ARGISNULL(argno) ? (Datum) 0 : PG_GETARG_DATUM(argno);
+}
+
+/*
+ * outbox_text_array
+ *
+ * A one-dimensional array argument of the batch enqueue: NULL is an error
+ * when required; with elements_required, so is a NULL element (22004) and an
+ * empty text element (22023).  Sets *nitems.
+ */
+static Datum
+outbox_text_array(FunctionCallInfo fcinfo, int argno, const char *name,
+				  bool required, bool elements_required, int *nitems)
+{
+	ArrayType  *array;
+	Datum	   *elems;
+	bool	   *elem_nulls;
+	int			n;
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+	int			i;
+
+	*nitems = 0;
+	if (PG_ARGISNULL(argno))
+	{
+		if (required)
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("%s must not be null", name)));
+		return (Datum) 0;
+	}
+	array = PG_GETARG_ARRAYTYPE_P(argno);
+	if (ARR_NDIM(array) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("%s must be a one-dimensional array", name)));
+
+	get_typlenbyvalalign(ARR_ELEMTYPE(array), &typlen, &typbyval, &typalign);
+	deconstruct_array(array, ARR_ELEMTYPE(array), typlen, typbyval, typalign,
+					  &elems, &elem_nulls, &n);
+	for (i = 0; i < n && elements_required; i++)
+	{
+		if (elem_nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("%s must not contain null elements", name),
+					 errdetail("Element %d is null.", i + 1)));
+		if (ARR_ELEMTYPE(array) == TEXTOID &&
+			VARSIZE_ANY_EXHDR(DatumGetPointer(elems[i])) == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("%s must not contain empty elements", name),
+					 errdetail("Element %d is empty.", i + 1)));
+	}
+	*nitems = n;
+	return PointerGetDatum(array);
+}
+
+/*
+ * outbox_check_max_rows
+ *
+ * max_rows must be given and at least 1.
+ */
+static int64
+outbox_check_max_rows(FunctionCallInfo fcinfo, int argno)
+{
+	int32		max_rows;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("max_rows must not be null")));
+	max_rows = PG_GETARG_INT32(argno);
+	if (max_rows < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_rows must be at least 1, not %d", max_rows)));
+	return (int64) max_rows;
+}
+
+/*
+ * outbox_check_ids
+ *
+ * An ids array must be given and hold no NULLs.
+ */
+static Datum
+outbox_check_ids(FunctionCallInfo fcinfo, int argno)
+{
+	ArrayType  *ids;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("ids must not be null")));
+	ids = PG_GETARG_ARRAYTYPE_P(argno);
+	if (array_contains_nulls(ids))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("ids must not contain null elements")));
+	return PointerGetDatum(ids);
+}
+
+/*
+ * outbox_check_interval
+ *
+ * An interval argument must be given and not negative: 22004 or 22023.
+ */
+static void
+outbox_check_interval(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	Interval	zero;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", name)));
+	memset(&zero, 0, sizeof(zero));
+	if (DatumGetBool(DirectFunctionCall2(interval_lt, PG_GETARG_DATUM(argno),
+										 IntervalPGetDatum(&zero))))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not be negative", name)));
+}
+
+/*
+ * outbox_cutoff
+ *
+ * older_than (a non-NULL, non-negative interval) turned into the timestamp
+ * before which rows count as old: the current time minus older_than.  The
+ * bookkeeping timestamps are wall-clock times of the change, so the cutoff is
+ * too.
+ */
+static Datum
+outbox_cutoff(FunctionCallInfo fcinfo, int argno)
+{
+	Interval	limit;
+	Datum		older_than;
+
+	outbox_check_interval(fcinfo, argno, "older_than");
+	older_than = PG_GETARG_DATUM(argno);
+
+	/*
+	 * Subtracting thousands of years would fall off the start of the
+	 * timestamp range; nothing is that old, so such a cutoff matches nothing.
+	 */
+	memset(&limit, 0, sizeof(limit));
+	limit.month = 5000 * MONTHS_PER_YEAR;
+	if (DatumGetBool(DirectFunctionCall2(interval_gt, older_than,
+										 IntervalPGetDatum(&limit))))
+	{
+		TimestampTz cutoff;
+
+		TIMESTAMP_NOBEGIN(cutoff);
+		return TimestampTzGetDatum(cutoff);
+	}
+
+	return DirectFunctionCall2(timestamptz_mi_interval,
+							   TimestampTzGetDatum(GetCurrentTimestamp()),
+							   older_than);
+}
+
+/*
+ * outbox_count_result
+ *
+ * A row count as the SQL integer these functions return.
+ */
+static Datum
+outbox_count_result(uint64 count)
+{
+	if (count > (uint64) PG_INT32_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("too many rows changed in one call: " UINT64_FORMAT,
+						count),
+				 errhint("Use max_rows to work in batches.")));
+	return Int32GetDatum((int32) count);
+}
+
+/*
+ * outbox_begin_srf
+ *
+ * Set up materialize mode for a set-returning function: SETOF
+ * delivery_outbox, SETOF record, or SETOF a scalar.
+ */
+static Tuplestorestate *
+outbox_begin_srf(FunctionCallInfo fcinfo)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	MemoryContext oldcontext;
+	TupleDesc	tupdesc;
+	Oid			result_type;
+	Tuplestorestate *tupstore;
+
+	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("set-valued function called in context that cannot accept a set")));
+	if (!(rsinfo->allowedModes & SFRM_Materialize))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("materialize mode required, but it is not allowed in this context")));
+
+	oldcontext = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
+	switch (get_call_result_type(fcinfo, &result_type, &tupdesc))
+	{
+		case TYPEFUNC_COMPOSITE:
+			break;
+		case TYPEFUNC_SCALAR:
+			tupdesc = CreateTemplateTupleDesc(1);
+			TupleDescInitEntry(tupdesc, (AttrNumber) 1, "id", result_type, -1, 0);
+			break;
+		default:
+			elog(ERROR, "return type must be a row type or a scalar");
+	}
+	tupstore = tuplestore_begin_heap((rsinfo->allowedModes & SFRM_Materialize_Random) != 0,
+									 false, work_mem);
+	rsinfo->returnMode = SFRM_Materialize;
+	rsinfo->setResult = tupstore;
+	rsinfo->setDesc = tupdesc;
+	MemoryContextSwitchTo(oldcontext);
+
+	return tupstore;
+}
+
+/*
+ * outbox_put_rows
+ *
+ * Copy the whole-row values in the first column of the last SPI result into
+ * the tuplestore, before SPI_finish frees them.
+ */
+static void
+outbox_put_rows(Tuplestorestate *tupstore)
+{
+	uint64		i;
+
+	for (i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+		Datum		d = SPI_getbinval(SPI_tuptable->vals[i],
+									  SPI_tuptable->tupdesc, 1, &isnull);
+		HeapTupleHeader hdr;
+		HeapTupleData tuple;
+
+		if (isnull)
+			elog(ERROR, "outbox statement returned a null row");
+		hdr = DatumGetHeapTupleHeader(d);
+		tuple.t_len = HeapTupleHeaderGetDatumLength(hdr);
+		ItemPointerSetInvalid(&tuple.t_self);
+		tuple.t_tableOid = InvalidOid;
+		tuple.t_data = hdr;
+		tuplestore_puttuple(tupstore, &tuple);
+	}
+}

@@ -1,0 +1,24 @@
+/*-------------------------------------------------------------------------
+ *
+ * outbox_insert.h
+ *		outbox_enqueue's insert without SQL.
+ *
+ * Copyright (c) 2026, delivery_outbox developers
+ *
+ * IDENTIFICATION
+ *		outbox_insert.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef OUTBOX_INSERT_H
+#define OUTBOX_INSERT_H
+
+extern bool outbox_insert_row(Datum *values, const char *nulls, int64 *id);
+extern void outbox_no_row_inserted(void) pg_attribute_noreturn();
+
+/* registered by _PG_init */
+extern void outbox_insert_relcache_callback(Datum arg, Oid relid);
+extern void outbox_insert_syscache_callback(Datum arg, int cacheid,
+											uint32 hashvalue);
+
+#endif							/* OUTBOX_INSERT_H */

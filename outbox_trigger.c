@@ -1,0 +1,577 @@
+/*-------------------------------------------------------------------------
+ *
+ * outbox_trigger.c
+ *		The triggers that make a table an outbox.
+ *
+ * The state machine is pending -> delivered -> acked, plus delivered ->
+ * pending (reclaim/release).  The BEFORE ROW trigger outbox_state_guard() is
+ * the single authority on it: it rejects every other transition with
+ * SQLSTATE 23514, whoever writes, and it alone maintains delivery_attempts,
+ * delivered_at and acked_at.  The SQL-callable functions only ever UPDATE
+ * delivery_state (and recipient); they never write the bookkeeping columns
+ * themselves.
+ *
+ * Whenever a row becomes pending for a recipient (inserted as pending,
+ * delivered -> pending, or re-addressed) the triggers queue its wake-up
+ * (outbox_wake), and every change is counted for the activity counters.
+ * The AFTER INSERT trigger outbox_inserted() counts and wakes inserted rows,
+ * so that a row an ON CONFLICT clause did not insert does neither.
+ *
+ * Copyright (c) 2026, delivery_outbox developers
+ *
+ * IDENTIFICATION
+ *		outbox_trigger.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/detoast.h"
+#include "access/htup_details.h"
+#include "catalog/pg_type.h"
+#include "commands/trigger.h"
+#include "fmgr.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/rel.h"
+#include "utils/timestamp.h"
+
+#include "delivery_outbox.h"
+#include "outbox_shmem.h"
+#include "outbox_trigger.h"
+#include "outbox_xact.h"
+
+static const char *const outbox_state_names[] = {"pending", "delivered", "acked"};
+
+static AttrNumber outbox_column(Relation rel, const char *name, Oid typid);
+static OutboxState outbox_parse_state(Relation rel, AttrNumber attnum,
+									  Datum value, int64 id);
+static bool outbox_datum_equal(Datum a, bool a_null, Datum b, bool b_null,
+							   Form_pg_attribute att);
+static HeapTuple outbox_guard_insert(Relation rel, HeapTuple tuple,
+									 const OutboxColumns *cols, bool wake);
+static void outbox_inserted_row(Relation rel, HeapTuple tuple,
+								const OutboxColumns *cols);
+static HeapTuple outbox_guard_update(Relation rel, HeapTuple oldtuple,
+									 HeapTuple newtuple,
+									 const OutboxColumns *cols);
+static void outbox_count_state(OutboxState state, int64 delta);
+
+PG_FUNCTION_INFO_V1(outbox_state_guard);
+PG_FUNCTION_INFO_V1(outbox_inserted);
+
+/* The column map of the table the triggers last fired on. */
+static OutboxColumns outbox_cols;
+
+OutboxCounter outbox_requeue_counter = OUTBOX_COUNT_RECLAIMED;
+
+/*
+ * outbox_state_guard
+ *
+ * BEFORE INSERT OR UPDATE OR DELETE ... FOR EACH ROW trigger enforcing the
+ * state machine and maintaining the bookkeeping columns (deletes are only
+ * counted).  Works on any table that has the outbox's columns (looked up by
+ * name), raises 39P01 when not fired as a BEFORE ROW INSERT/UPDATE/DELETE
+ * trigger, 42703 for a missing column, 09000 for a column of the wrong type,
+ * and 23514 for any illegal row.
+ */
+Datum
+outbox_state_guard(PG_FUNCTION_ARGS)
+{
+	const char *funcname = "outbox_state_guard";
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	const OutboxColumns *cols;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("function \"%s\" was not called by trigger manager",
+						funcname)));
+
+	if (!TRIGGER_FIRED_BEFORE(trigdata->tg_event) ||
+		!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("function \"%s\" must be fired BEFORE ROW", funcname)));
+
+	if (!TRIGGER_FIRED_BY_INSERT(trigdata->tg_event) &&
+		!TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) &&
+		!TRIGGER_FIRED_BY_DELETE(trigdata->tg_event))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("function \"%s\" must be fired for INSERT, UPDATE or DELETE",
+						funcname)));
+
+	cols = outbox_columns(trigdata->tg_relation, funcname);
+
+	if (TRIGGER_FIRED_BY_DELETE(trigdata->tg_event))
+	{
+		Datum		d;
+		bool		isnull;
+
+		d = heap_getattr(trigdata->tg_trigtuple, cols->state,
+						 RelationGetDescr(trigdata->tg_relation), &isnull);
+		if (!isnull)
+			outbox_count_state(outbox_parse_state(trigdata->tg_relation,
+												  cols->state, d, 0), -1);
+		outbox_count(OUTBOX_COUNT_PURGED, 1);
+		return PointerGetDatum(trigdata->tg_trigtuple);
+	}
+
+	/*
+	 * Since 1.1 an AFTER INSERT trigger (outbox_inserted) wakes and counts
+	 * inserted rows, so that a row an ON CONFLICT clause did not insert does
+	 * neither; the guard is then created with the argument 'after_insert'.
+	 */
+	if (TRIGGER_FIRED_BY_INSERT(trigdata->tg_event))
+		return PointerGetDatum(outbox_guard_insert(trigdata->tg_relation,
+												   trigdata->tg_trigtuple,
+												   cols,
+												   trigdata->tg_trigger->tgnargs == 0 ||
+												   strcmp(trigdata->tg_trigger->tgargs[0],
+														  "after_insert") != 0));
+
+	return PointerGetDatum(outbox_guard_update(trigdata->tg_relation,
+											   trigdata->tg_trigtuple,
+											   trigdata->tg_newtuple,
+											   cols));
+}
+
+/*
+ * outbox_inserted
+ *
+ * AFTER INSERT ... FOR EACH ROW trigger: count the row that was really
+ * inserted and wake relays when it is pending (an INSERT ... ON CONFLICT that
+ * did not insert never gets here).  Raises 39P01 when misused.
+ */
+Datum
+outbox_inserted(PG_FUNCTION_ARGS)
+{
+	const char *funcname = "outbox_inserted";
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("function \"%s\" was not called by trigger manager",
+						funcname)));
+	if (!TRIGGER_FIRED_AFTER(trigdata->tg_event) ||
+		!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) ||
+		!TRIGGER_FIRED_BY_INSERT(trigdata->tg_event))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("function \"%s\" must be fired AFTER INSERT FOR EACH ROW",
+						funcname)));
+
+	outbox_inserted_row(trigdata->tg_relation, trigdata->tg_trigtuple,
+						outbox_columns(trigdata->tg_relation, funcname));
+
+	return PointerGetDatum(NULL);
+}
+
+/*
+ * outbox_guard_insert
+ *
+ * A new row is accepted as it is or not at all: a plain insert is pending
+ * with zero attempts and no delivery timestamps; a row inserted in another
+ * state (a dump restore) must have bookkeeping that agrees with it.  NULLs in
+ * NOT NULL columns are left for the table's constraints to report.
+ */
+static HeapTuple
+outbox_guard_insert(Relation rel, HeapTuple tuple, const OutboxColumns *cols,
+					bool wake)
+{
+	TupleDesc	tupdesc = RelationGetDescr(rel);
+	Datum		d;
+	bool		isnull;
+	int64		id;
+	OutboxState state;
+	int32		attempts;
+	bool		has_delivered_at;
+	bool		has_acked_at;
+	const char *problem = NULL;
+
+	d = heap_getattr(tuple, cols->id, tupdesc, &isnull);
+	if (isnull)
+		return tuple;
+	id = DatumGetInt64(d);
+
+	d = heap_getattr(tuple, cols->payload, tupdesc, &isnull);
+	if (!isnull)
+	{
+		Size		size = toast_raw_datum_size(d) - VARHDRSZ;
+
+		if (size > (Size) outbox_max_payload_size)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("outbox payload of %zu bytes exceeds the limit of %d bytes",
+							size, outbox_max_payload_size),
+					 errhint("Raise \"%s.max_payload_size\", or send a reference to the data instead of the data.",
+							 OUTBOX_GUC_PREFIX)));
+	}
+
+	d = heap_getattr(tuple, cols->state, tupdesc, &isnull);
+	if (isnull)
+		return tuple;
+	state = outbox_parse_state(rel, cols->state, d, id);
+
+	d = heap_getattr(tuple, cols->attempts, tupdesc, &isnull);
+	if (isnull)
+		return tuple;
+	attempts = DatumGetInt32(d);
+	has_delivered_at = !heap_attisnull(tuple, cols->delivered_at, tupdesc);
+	has_acked_at = !heap_attisnull(tuple, cols->acked_at, tupdesc);
+
+	if (attempts < 0)
+		problem = "delivery_attempts must not be negative.";
+	else if (state == OUTBOX_PENDING && has_acked_at)
+		problem = "A \"pending\" row must not have acked_at.";
+	else if (state == OUTBOX_PENDING && (attempts == 0) != !has_delivered_at)
+		problem = "A \"pending\" row has delivered_at exactly when delivery_attempts >= 1.";
+	else if (state == OUTBOX_DELIVERED &&
+			 (!has_delivered_at || attempts < 1 || has_acked_at))
+		problem = "A \"delivered\" row needs delivered_at, delivery_attempts >= 1 and no acked_at.";
+	else if (state == OUTBOX_ACKED && !has_acked_at)
+		problem = "An \"acked\" row needs acked_at.";
+
+	if (problem != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_CHECK_VIOLATION),
+				 errmsg("outbox row " INT64_FORMAT " cannot be inserted as \"%s\": its bookkeeping disagrees with its state",
+						id, outbox_state_names[state]),
+				 errdetail_internal("%s", problem),
+				 errtablecol(rel, cols->state)));
+
+	if (wake)
+		outbox_inserted_row(rel, tuple, cols);
+
+	return tuple;
+}
+
+/*
+ * outbox_inserted_row
+ *
+ * A row was inserted: count it, and wake relays when it is pending.
+ */
+static void
+outbox_inserted_row(Relation rel, HeapTuple tuple, const OutboxColumns *cols)
+{
+	TupleDesc	tupdesc = RelationGetDescr(rel);
+	bool		isnull;
+	Datum		id = heap_getattr(tuple, cols->id, tupdesc, &isnull);
+	Datum		d = heap_getattr(tuple, cols->state, tupdesc, &isnull);
+	OutboxState state;
+
+	if (isnull)
+		return;
+	state = outbox_parse_state(rel, cols->state, d, DatumGetInt64(id));
+	outbox_count_state(state, 1);
+	if (state == OUTBOX_PENDING)
+	{
+		outbox_count(OUTBOX_COUNT_ENQUEUED, 1);
+		outbox_wake(DatumGetInt64(id));
+	}
+}
+
+/*
+ * outbox_guard_update
+ *
+ * Allowed: pending -> delivered, delivered -> acked, delivered -> pending,
+ * and pending/delivered staying where they are (re-addressing).  The
+ * bookkeeping columns are always recomputed from the old row, whatever the
+ * caller wrote into them.
+ */
+static HeapTuple
+outbox_guard_update(Relation rel, HeapTuple oldtuple, HeapTuple newtuple,
+					const OutboxColumns *cols)
+{
+	TupleDesc	tupdesc = RelationGetDescr(rel);
+	static const struct
+	{
+		size_t		offset;
+		const char *name;
+	}			immutable[] =
+	{
+		{offsetof(OutboxColumns, id), COL_ID},
+		{offsetof(OutboxColumns, kind), COL_KIND},
+		{offsetof(OutboxColumns, tenant_id), COL_TENANT_ID},
+		{offsetof(OutboxColumns, payload), COL_PAYLOAD},
+		{offsetof(OutboxColumns, created_at), COL_CREATED_AT},
+	};
+	Datum		d;
+	bool		isnull;
+	int64		id;
+	OutboxState from;
+	OutboxState to;
+	bool		allowed;
+	int			replace_cols[3];
+	Datum		replace_values[3];
+	bool		replace_nulls[3];
+	Datum		old_recipient;
+	Datum		new_recipient;
+	bool		old_recipient_null;
+	bool		new_recipient_null;
+	int			i;
+
+	d = heap_getattr(oldtuple, cols->id, tupdesc, &isnull);
+	id = isnull ? 0 : DatumGetInt64(d);
+
+	d = heap_getattr(oldtuple, cols->state, tupdesc, &isnull);
+	if (isnull)
+		elog(ERROR, "outbox row " INT64_FORMAT " has no delivery_state", id);
+	from = outbox_parse_state(rel, cols->state, d, id);
+
+	d = heap_getattr(newtuple, cols->state, tupdesc, &isnull);
+	if (isnull)
+		return newtuple;		/* the NOT NULL constraint reports it */
+	to = outbox_parse_state(rel, cols->state, d, id);
+
+	switch (from)
+	{
+		case OUTBOX_PENDING:
+			allowed = (to == OUTBOX_PENDING || to == OUTBOX_DELIVERED);
+			break;
+		case OUTBOX_DELIVERED:
+			allowed = true;
+			break;
+		default:
+			allowed = false;	/* acked rows never change again */
+			break;
+	}
+	if (!allowed)
+		ereport(ERROR,
+				(errcode(ERRCODE_CHECK_VIOLATION),
+				 errmsg("illegal delivery_state transition from \"%s\" to \"%s\" for outbox row " INT64_FORMAT,
+						outbox_state_names[from], outbox_state_names[to], id),
+				 errdetail("Row " INT64_FORMAT " is \"%s\" and cannot become \"%s\": allowed transitions are pending to delivered, delivered to acked and delivered to pending, and acked rows never change.",
+						   id, outbox_state_names[from], outbox_state_names[to]),
+				 errtablecol(rel, cols->state)));
+
+	for (i = 0; i < (int) lengthof(immutable); i++)
+	{
+		AttrNumber	attnum = *(const AttrNumber *)
+			((const char *) cols + immutable[i].offset);
+		Datum		a;
+		Datum		b;
+		bool		a_null;
+		bool		b_null;
+
+		a = heap_getattr(oldtuple, attnum, tupdesc, &a_null);
+		b = heap_getattr(newtuple, attnum, tupdesc, &b_null);
+		if (!outbox_datum_equal(a, a_null, b, b_null,
+								TupleDescAttr(tupdesc, attnum - 1)))
+			ereport(ERROR,
+					(errcode(ERRCODE_CHECK_VIOLATION),
+					 errmsg("column \"%s\" of outbox row " INT64_FORMAT " cannot be changed (update from \"%s\" to \"%s\")",
+							immutable[i].name, id,
+							outbox_state_names[from], outbox_state_names[to]),
+					 errdetail("Only delivery_state and recipient may be updated; id, kind, tenant_id, payload and created_at are fixed at insert."),
+					 errtablecol(rel, attnum)));
+	}
+
+	/* the bookkeeping is the trigger's, never the caller's */
+	d = heap_getattr(oldtuple, cols->attempts, tupdesc, &isnull);
+	if (isnull)
+		elog(ERROR, "outbox row " INT64_FORMAT " has no delivery_attempts", id);
+	replace_cols[0] = cols->attempts;
+	replace_nulls[0] = false;
+	replace_values[0] = d;
+	replace_cols[1] = cols->delivered_at;
+	replace_values[1] = heap_getattr(oldtuple, cols->delivered_at, tupdesc,
+									 &replace_nulls[1]);
+	replace_cols[2] = cols->acked_at;
+	replace_values[2] = heap_getattr(oldtuple, cols->acked_at, tupdesc,
+									 &replace_nulls[2]);
+
+	if (to == OUTBOX_DELIVERED && from != OUTBOX_DELIVERED)
+	{
+		int32		attempts = DatumGetInt32(d);
+
+		if (attempts == PG_INT32_MAX)
+			ereport(ERROR,
+					(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+					 errmsg("delivery_attempts of outbox row " INT64_FORMAT " is out of range",
+							id)));
+		replace_values[0] = Int32GetDatum(attempts + 1);
+		replace_values[1] = TimestampTzGetDatum(GetCurrentTimestamp());
+		replace_nulls[1] = false;
+	}
+	else if (to == OUTBOX_ACKED)
+	{
+		replace_values[2] = TimestampTzGetDatum(GetCurrentTimestamp());
+		replace_nulls[2] = false;
+	}
+
+	newtuple = heap_modify_tuple_by_cols(newtuple, tupdesc, 3, replace_cols,
+										 replace_values, replace_nulls);
+
+	if (from != to)
+	{
+		outbox_count_state(from, -1);
+		outbox_count_state(to, 1);
+		if (to == OUTBOX_DELIVERED)
+			outbox_count(OUTBOX_COUNT_CLAIMED, 1);
+		else if (to == OUTBOX_ACKED)
+			outbox_count(OUTBOX_COUNT_ACKED, 1);
+		else
+			outbox_count(outbox_requeue_counter, 1);
+	}
+
+	/*
+	 * Wake relays when the row becomes pending for its recipient: back from
+	 * delivered, or re-addressed while pending.
+	 */
+	if (to == OUTBOX_PENDING)
+	{
+		old_recipient = heap_getattr(oldtuple, cols->recipient, tupdesc,
+									 &old_recipient_null);
+		new_recipient = heap_getattr(newtuple, cols->recipient, tupdesc,
+									 &new_recipient_null);
+		if (from != OUTBOX_PENDING ||
+			!outbox_datum_equal(old_recipient, old_recipient_null,
+								new_recipient, new_recipient_null,
+								TupleDescAttr(tupdesc, cols->recipient - 1)))
+			outbox_wake(id);
+	}
+
+	return newtuple;
+}
+
+/*
+ * outbox_parse_state
+ *
+ * Map a delivery_state value to its enum; an unknown string is an illegal row
+ * (23514), reported before the CHECK constraint would see it.
+ */
+static OutboxState
+outbox_parse_state(Relation rel, AttrNumber attnum, Datum value, int64 id)
+{
+	text	   *t = DatumGetTextPP(value);
+	const char *s = VARDATA_ANY(t);
+	int			len = VARSIZE_ANY_EXHDR(t);
+	int			i;
+
+	for (i = 0; i < (int) lengthof(outbox_state_names); i++)
+	{
+		if (strlen(outbox_state_names[i]) == (size_t) len &&
+			memcmp(outbox_state_names[i], s, len) == 0)
+			return (OutboxState) i;
+	}
+
+	ereport(ERROR,
+			(errcode(ERRCODE_CHECK_VIOLATION),
+			 errmsg("invalid delivery_state \"%s\" for outbox row " INT64_FORMAT,
+					text_to_cstring(t), id),
+			 errdetail("delivery_state is one of \"pending\", \"delivered\" and \"acked\"."),
+			 errtablecol(rel, attnum)));
+	pg_unreachable();
+}
+
+/*
+ * outbox_datum_equal
+ *
+ * Binary equality of two column values.  Identical bytes (the common case:
+ * an UPDATE that did not touch the column carries the same datum, TOAST
+ * pointer included) are decided without detoasting.
+ */
+static bool
+outbox_datum_equal(Datum a, bool a_null, Datum b, bool b_null,
+				   Form_pg_attribute att)
+{
+	if (a_null || b_null)
+		return a_null == b_null;
+	if (att->attlen == -1)
+	{
+		Size		la = VARSIZE_ANY(DatumGetPointer(a));
+		Size		lb = VARSIZE_ANY(DatumGetPointer(b));
+
+		if (la == lb && memcmp(DatumGetPointer(a), DatumGetPointer(b), la) == 0)
+			return true;
+	}
+	return datum_image_eq(a, b, att->attbyval, att->attlen);
+}
+
+/*
+ * outbox_count_state
+ *
+ * A row entered (delta 1) or left (-1) a state: the open backlog gauges.
+ */
+static void
+outbox_count_state(OutboxState state, int64 delta)
+{
+	if (state == OUTBOX_PENDING)
+		outbox_count(OUTBOX_COUNT_BACKLOG_PENDING, delta);
+	else if (state == OUTBOX_DELIVERED)
+		outbox_count(OUTBOX_COUNT_BACKLOG_DELIVERED, delta);
+}
+
+/*
+ * outbox_columns
+ *
+ * The attribute numbers of the outbox columns in rel, looked up by name and
+ * type once and kept until the relation is invalidated.
+ */
+const OutboxColumns *
+outbox_columns(Relation rel, const char *funcname)
+{
+	OutboxColumns c;
+
+	if (outbox_cols.relid == RelationGetRelid(rel))
+		return &outbox_cols;
+
+	c.relid = RelationGetRelid(rel);
+	c.id = outbox_column(rel, COL_ID, INT8OID);
+	c.recipient = outbox_column(rel, COL_RECIPIENT, TEXTOID);
+	c.kind = outbox_column(rel, COL_KIND, TEXTOID);
+	c.tenant_id = outbox_column(rel, COL_TENANT_ID, TEXTOID);
+	c.payload = outbox_column(rel, COL_PAYLOAD, BYTEAOID);
+	c.state = outbox_column(rel, COL_STATE, TEXTOID);
+	c.attempts = outbox_column(rel, COL_ATTEMPTS, INT4OID);
+	c.created_at = outbox_column(rel, COL_CREATED_AT, TIMESTAMPTZOID);
+	c.delivered_at = outbox_column(rel, COL_DELIVERED_AT, TIMESTAMPTZOID);
+	c.acked_at = outbox_column(rel, COL_ACKED_AT, TIMESTAMPTZOID);
+
+	outbox_cols = c;
+	return &outbox_cols;
+}
+
+static AttrNumber
+outbox_column(Relation rel, const char *name, Oid typid)
+{
+	TupleDesc	tupdesc = RelationGetDescr(rel);
+	int			i;
+
+	for (i = 0; i < tupdesc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(tupdesc, i);
+
+		if (att->attisdropped || strcmp(NameStr(att->attname), name) != 0)
+			continue;
+		if (att->atttypid != typid)
+			ereport(ERROR,
+					(errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
+					 errmsg("column \"%s\" of table \"%s\" must be of type %s",
+							name, RelationGetRelationName(rel),
+							format_type_be(typid))));
+		return att->attnum;
+	}
+
+	ereport(ERROR,
+			(errcode(ERRCODE_UNDEFINED_COLUMN),
+			 errmsg("column \"%s\" not found in table \"%s\"",
+					name, RelationGetRelationName(rel))));
+	pg_unreachable();
+}
+
+/*
+ * outbox_trigger_relcache_callback
+ *
+ * An invalidation of the table whose columns are mapped (or of every
+ * relation) drops the map.
+ */
+void
+outbox_trigger_relcache_callback(Datum arg, Oid relid)
+{
+	if (!OidIsValid(relid) || relid == outbox_cols.relid)
+		outbox_cols.relid = InvalidOid;
+}

@@ -1,0 +1,64 @@
+/*-------------------------------------------------------------------------
+ *
+ * outbox_trigger.h
+ *		The state machine's triggers and the outbox table's column map.
+ *
+ * Copyright (c) 2026, delivery_outbox developers
+ *
+ * IDENTIFICATION
+ *		outbox_trigger.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef OUTBOX_TRIGGER_H
+#define OUTBOX_TRIGGER_H
+
+#include "utils/relcache.h"
+
+#include "outbox_shmem.h"
+
+/* The outbox table's columns. */
+#define COL_ID					"id"
+#define COL_RECIPIENT			"recipient"
+#define COL_KIND				"kind"
+#define COL_TENANT_ID			"tenant_id"
+#define COL_PAYLOAD				"payload"
+#define COL_STATE				"delivery_state"
+#define COL_ATTEMPTS			"delivery_attempts"
+#define COL_CREATED_AT			"created_at"
+#define COL_DELIVERED_AT		"delivered_at"
+#define COL_ACKED_AT			"acked_at"
+
+/* The three delivery states. */
+typedef enum OutboxState
+{
+	OUTBOX_PENDING,
+	OUTBOX_DELIVERED,
+	OUTBOX_ACKED
+} OutboxState;
+
+/* Attribute numbers of the guarded table's columns, cached per relation. */
+typedef struct OutboxColumns
+{
+	Oid			relid;			/* InvalidOid when the cache is empty */
+	AttrNumber	id;
+	AttrNumber	recipient;
+	AttrNumber	kind;
+	AttrNumber	tenant_id;
+	AttrNumber	payload;
+	AttrNumber	state;
+	AttrNumber	attempts;
+	AttrNumber	created_at;
+	AttrNumber	delivered_at;
+	AttrNumber	acked_at;
+} OutboxColumns;
+
+/* Which counter a delivered -> pending move feeds: release or reclaim. */
+extern OutboxCounter outbox_requeue_counter;
+
+extern const OutboxColumns *outbox_columns(Relation rel, const char *funcname);
+
+/* registered by _PG_init */
+extern void outbox_trigger_relcache_callback(Datum arg, Oid relid);
+
+#endif							/* OUTBOX_TRIGGER_H */

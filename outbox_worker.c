@@ -1,0 +1,363 @@
+/*-------------------------------------------------------------------------
+ *
+ * outbox_worker.c
+ *		The outbox's background worker.
+ *
+ * With shared_preload_libraries = 'delivery_outbox', one worker runs for
+ * each database named in delivery_outbox.database (registered by _PG_init,
+ * the database's name in bgw_extra, its hand-over ring's index in
+ * bgw_main_arg).  Each pass of its loop:
+ *
+ * - sends the wake-ups that producers in notify = deferred mode handed over
+ *	 at commit (a ring of row ids per served database, in shared memory),
+ *	 in batches, one NOTIFY per id, from its own transactions;
+ * - every sweep_interval: moves rows delivered longer than reclaim_after
+ *	 back to pending and, when retain_acked is set, deletes acked rows older
+ *	 than it, both in bounded batches through the same C paths as
+ *	 outbox_reclaim() and outbox_purge() (so the trigger stays the authority
+ *	 and locked rows are skipped), then re-counts the open backlog.
+ *
+ * An error in a pass is reported, its transaction aborted, and the loop
+ * goes on a second later; the worker exits only when told to.
+ *
+ * Copyright (c) 2026, delivery_outbox developers
+ *
+ * IDENTIFICATION
+ *		outbox_worker.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/proc.h"
+#include "tcop/tcopprot.h"
+#include "utils/backend_status.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+
+#include "delivery_outbox.h"
+#include "outbox_shmem.h"
+#include "outbox_table.h"
+#include "outbox_worker.h"
+#include "outbox_xact.h"
+
+/* How many ids a transaction notifies. */
+#define SWEEPER_NOTIFY_BATCH	8192
+
+/* Rows one sweep pass reclaims, and purges, at most. */
+#define SWEEPER_MAX_ROWS		10000
+
+/* Wake-up batches sent before the loop looks at its other duties again. */
+#define SWEEPER_MAX_BATCHES		4
+
+static void sweeper_detach(int code, Datum arg);
+static bool sweeper_send_wakeups(OutboxDatabase *db, int max_batches);
+static bool sweeper_sweep(OutboxDatabase *db);
+static void sweeper_recover(void);
+static bool sweeper_ring_used(OutboxDatabase *db);
+
+/* The worker's own slot, and its wake-up batch buffer. */
+static OutboxDatabase *sweeper_db = NULL;
+static int64 *sweeper_batch = NULL;
+
+/*
+ * outbox_sweeper_main
+ *
+ * Entry point of the worker serving the main_arg-th database of
+ * delivery_outbox.database, named in bgw_extra.
+ */
+void
+outbox_sweeper_main(Datum main_arg)
+{
+	int			index = DatumGetInt32(main_arg);
+	char		dbname[NAMEDATALEN];
+	volatile TimestampTz next_sweep = 0;
+	volatile bool missing_logged = false;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	strlcpy(dbname, MyBgworkerEntry->bgw_extra, sizeof(dbname));
+	if (outbox_shared == NULL)
+		proc_exit(0);			/* can't happen: registered only when preloaded */
+
+	BackgroundWorkerInitializeConnection(dbname, NULL, 0);
+	pgstat_report_appname("delivery_outbox sweeper");
+
+	/*
+	 * Wake-ups need no durability: do not wait for WAL flushes.  Passes are
+	 * bounded by themselves; a database-wide timeout must not abort them.
+	 */
+	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("statement_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("lock_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("idle_in_transaction_session_timeout", "0", PGC_SUSET,
+					PGC_S_OVERRIDE);
+	/* the same path the kept plans were first parsed under: no re-parsing */
+	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET,
+					PGC_S_OVERRIDE);
+
+	sweeper_batch = MemoryContextAlloc(TopMemoryContext,
+									   sizeof(int64) * SWEEPER_NOTIFY_BATCH);
+
+	sweeper_db = outbox_database(MyDatabaseId, true);
+	if (sweeper_db == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("delivery_outbox cannot track more than %d databases",
+						OUTBOX_MAX_DATABASES)));
+
+	SpinLockAcquire(&sweeper_db->mutex);
+	sweeper_db->ring = index;
+	sweeper_db->worker_pid = MyProcPid;
+	sweeper_db->worker_latch = MyLatch;
+	SpinLockRelease(&sweeper_db->mutex);
+	before_shmem_exit(sweeper_detach, (Datum) 0);
+
+	ereport(LOG,
+			(errmsg("delivery_outbox sweeper started for database \"%s\"",
+					dbname)));
+
+	for (;;)
+	{
+		TimestampTz now;
+		long		timeout;
+		bool		more = false;
+		bool		sent = false;
+		bool		failed = false;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+			next_sweep = 0;		/* apply a new interval right away */
+		}
+
+		now = GetCurrentTimestamp();
+		PG_TRY();
+		{
+			sent = sweeper_ring_used(sweeper_db);
+			more = sweeper_send_wakeups(sweeper_db, SWEEPER_MAX_BATCHES);
+
+			if (now >= next_sweep)
+			{
+				/* due or not, the next pass is an interval away */
+				next_sweep = TimestampTzPlusMilliseconds(now,
+														 outbox_sweep_interval);
+				if (sweeper_sweep(sweeper_db))
+				{
+					if (missing_logged)
+						ereport(LOG,
+								(errmsg("delivery_outbox sweeper: extension found in database \"%s\", sweeping",
+										dbname)));
+					missing_logged = false;
+				}
+				else if (!missing_logged)
+				{
+					ereport(LOG,
+							(errmsg("delivery_outbox sweeper: extension \"%s\" is not installed in database \"%s\", waiting",
+									OUTBOX_EXTENSION_NAME, dbname)));
+					missing_logged = true;
+				}
+			}
+		}
+		PG_CATCH();
+		{
+			sweeper_recover();
+			failed = true;
+		}
+		PG_END_TRY();
+
+		if (more && !failed)
+			continue;			/* wake-ups still waiting: no sleep */
+
+		/*
+		 * Having just sent wake-ups, let a little more accumulate before the
+		 * next batch: under load this turns a transaction per producer
+		 * commit into one per deferred_batch_delay, at that much latency.
+		 */
+		if (sent && !failed && outbox_deferred_batch_delay > 0)
+			(void) WaitLatch(MyLatch, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 outbox_deferred_batch_delay, PG_WAIT_EXTENSION);
+
+		now = GetCurrentTimestamp();
+		timeout = TimestampDifferenceMilliseconds(now, next_sweep);
+		if (failed)
+			timeout = Min(timeout, 1000);	/* retry, but not in a hot loop */
+		(void) WaitLatch(MyLatch,
+						 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 Max(timeout, failed ? 1000 : 1),
+						 PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}
+
+/*
+ * sweeper_ring_used
+ *
+ * Whether ids are waiting in the ring.
+ */
+static bool
+sweeper_ring_used(OutboxDatabase *db)
+{
+	bool		used;
+
+	SpinLockAcquire(&db->mutex);
+	used = db->ring_head != db->ring_tail;
+	SpinLockRelease(&db->mutex);
+	return used;
+}
+
+/*
+ * sweeper_recover
+ *
+ * An error in a pass: report it, abort the transaction, and go on with the
+ * loop (the worker does not exit for an error it may well meet again; the
+ * loop retries after a second).  The wake-ups of a failed batch are lost.
+ */
+static void
+sweeper_recover(void)
+{
+	HOLD_INTERRUPTS();
+	EmitErrorReport();
+	AbortOutOfAnyTransaction();
+	FlushErrorState();
+	MemoryContextSwitchTo(TopMemoryContext);
+	pgstat_report_activity(STATE_IDLE, NULL);
+	RESUME_INTERRUPTS();
+}
+
+/*
+ * sweeper_detach
+ *
+ * On exit: stop taking hand-overs into this worker's ring's latch.  The
+ * ring itself stays attached to the slot, so ids handed over while the
+ * worker restarts are sent by its successor.
+ */
+static void
+sweeper_detach(int code, Datum arg)
+{
+	if (sweeper_db == NULL)
+		return;
+	SpinLockAcquire(&sweeper_db->mutex);
+	sweeper_db->worker_pid = 0;
+	sweeper_db->worker_latch = NULL;
+	SpinLockRelease(&sweeper_db->mutex);
+}
+
+/*
+ * sweeper_send_wakeups
+ *
+ * NOTIFY the ids waiting in the ring, SWEEPER_NOTIFY_BATCH per transaction,
+ * at most max_batches transactions.  Returns true when ids are still waiting.
+ */
+static bool
+sweeper_send_wakeups(OutboxDatabase *db, int max_batches)
+{
+	int			size = outbox_shared->ring_size;
+	int64	   *ring = &outbox_shared->rings[(Size) db->ring * size];
+	int			batches;
+	bool		more;
+
+	for (batches = 0; batches < max_batches; batches++)
+	{
+		int			n = 0;
+		int			i;
+
+		while (n < SWEEPER_NOTIFY_BATCH)
+		{
+			int			take;
+
+			SpinLockAcquire(&db->mutex);
+			take = (int) Min((uint64) Min(OUTBOX_COPY_CHUNK,
+										  SWEEPER_NOTIFY_BATCH - n),
+							 db->ring_head - db->ring_tail);
+			for (i = 0; i < take; i++)
+				sweeper_batch[n + i] = ring[(db->ring_tail + i) % size];
+			db->ring_tail += take;
+			SpinLockRelease(&db->mutex);
+			if (take == 0)
+				break;
+			n += take;
+		}
+		if (n == 0)
+			return false;
+
+		StartTransactionCommand();
+		pgstat_report_activity(STATE_RUNNING, "delivery_outbox: sending wake-ups");
+		for (i = 0; i < n; i++)
+			outbox_notify(sweeper_batch[i]);
+		CommitTransactionCommand();
+		pgstat_report_activity(STATE_IDLE, NULL);
+	}
+
+	SpinLockAcquire(&db->mutex);
+	more = db->ring_head != db->ring_tail;
+	SpinLockRelease(&db->mutex);
+	return more;
+}
+
+/*
+ * sweeper_sweep
+ *
+ * One bounded pass: reclaim, purge and re-count the backlog, each in a
+ * transaction of its own, with waiting wake-ups sent in between so that a
+ * pass delays them little.  Each transaction first locks the outbox table
+ * (and re-checks that it is still the extension's), so DROP EXTENSION waits
+ * for a step instead of failing it.  Returns false when the extension is not
+ * installed in this database.
+ */
+static bool
+sweeper_sweep(OutboxDatabase *db)
+{
+	int			step;
+
+	for (step = 0; step < 3; step++)
+	{
+		TimestampTz now;
+		bool		installed;
+
+		if (step == 0 ? outbox_reclaim_after < 0 :
+			step == 1 ? outbox_retain_acked < 0 : false)
+			continue;
+
+		SetCurrentStatementStartTimestamp();
+		StartTransactionCommand();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		installed = outbox_lock_table();
+		if (installed)
+		{
+			pgstat_report_activity(STATE_RUNNING, "delivery_outbox: sweep");
+			now = GetCurrentTimestamp();
+			if (step == 0)
+				(void) outbox_reclaim_rows(TimestampTzPlusMilliseconds(now,
+																	   -(int64) outbox_reclaim_after * 1000),
+										   SWEEPER_MAX_ROWS);
+			else if (step == 1)
+				(void) outbox_purge_rows(TimestampTzPlusMilliseconds(now,
+																	 -(int64) outbox_retain_acked * 1000),
+										 SWEEPER_MAX_ROWS);
+			else
+				outbox_sync_backlog(db);	/* after the pass's own changes */
+		}
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+		pgstat_report_activity(STATE_IDLE, NULL);
+		if (!installed)
+			return false;
+
+		(void) sweeper_send_wakeups(db, SWEEPER_MAX_BATCHES);
+	}
+	pgstat_report_stat(true);
+
+	return true;
+}

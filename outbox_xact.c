@@ -1,0 +1,455 @@
+/*-------------------------------------------------------------------------
+ *
+ * outbox_xact.c
+ *		Per-transaction bookkeeping and wake-ups.
+ *
+ * Whatever a transaction does to outbox rows is recorded per
+ * (sub)transaction level and published only when the top-level transaction
+ * commits: counter deltas go to the database's shared slot, outbox_wait()
+ * sleepers are woken when rows became pending, and in deferred mode the ids
+ * of those rows are handed to the database's worker.  An aborted
+ * (sub)transaction's bookkeeping is forgotten; a prepared transaction's is
+ * stashed in shared memory until COMMIT PREPARED or ROLLBACK PREPARED.
+ *
+ * Wake-ups: the NOTIFY payload is the row id in decimal and nothing else;
+ * async.c sends it at commit, never on rollback.  Above
+ * delivery_outbox.notify_queue_limit of queue usage the NOTIFY is skipped
+ * (a full queue would make the producer's COMMIT fail); relays find such
+ * rows by draining the table.
+ *
+ * Copyright (c) 2026, delivery_outbox developers
+ *
+ * IDENTIFICATION
+ *		outbox_xact.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "commands/async.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "storage/proc.h"
+#include "storage/proclist.h"
+#include "utils/builtins.h"
+#include "utils/fmgrprotos.h"
+#include "utils/memutils.h"
+
+#include "delivery_outbox.h"
+#include "outbox_shmem.h"
+#include "outbox_xact.h"
+
+/*
+ * What the current transaction did, kept per (sub)transaction level and
+ * published only when the top-level transaction commits: counter deltas for
+ * shared memory, whether rows became pending (outbox_wait() sleepers are
+ * woken), and how many of the deferred wake-up ids belong to the levels
+ * below this one.
+ */
+typedef struct OutboxXactLevel
+{
+	int			nest_level;
+	int64		deltas[OUTBOX_NUM_COUNTERS];
+	bool		made_pending;
+	int			nids_at_start;
+	struct OutboxXactLevel *parent;
+} OutboxXactLevel;
+
+static OutboxXactLevel *outbox_level(void);
+static void outbox_publish(OutboxDatabase *db, const int64 *deltas,
+						   bool made_pending);
+static void outbox_stash_prepared(OutboxXactLevel *level);
+
+/* This transaction's bookkeeping (in TopTransactionContext), see above. */
+static OutboxXactLevel *outbox_xact = NULL;
+static int64 *outbox_deferred_ids = NULL;
+static int	outbox_deferred_count = 0;
+static int	outbox_deferred_space = 0;
+
+/* GID of the PREPARE TRANSACTION this transaction ends with, if any. */
+static char outbox_prepare_gid[GIDSIZE];
+
+/*
+ * outbox_count
+ *
+ * Add delta to one of this database's counters when (and if) the current
+ * transaction commits.  A no-op without shared memory.
+ */
+void
+outbox_count(OutboxCounter counter, int64 delta)
+{
+	if (outbox_shared == NULL)
+		return;
+	outbox_level()->deltas[counter] += delta;
+}
+
+/*
+ * outbox_wake
+ *
+ * A row became pending: wake relays as delivery_outbox.notify says.  In
+ * deferred mode the id waits in this transaction's list and is handed to
+ * the database's worker at commit; where no worker serves the database, it
+ * falls back to commit mode.
+ */
+void
+outbox_wake(int64 id)
+{
+	OutboxDatabase *db;
+
+	if (outbox_shared != NULL)
+		outbox_level()->made_pending = true;
+
+	if (outbox_notify_mode == OUTBOX_NOTIFY_OFF)
+		return;
+
+	if (outbox_notify_mode == OUTBOX_NOTIFY_DEFERRED &&
+		(db = outbox_my_database(false)) != NULL && db->ring >= 0)
+	{
+		if (outbox_deferred_count == outbox_deferred_space)
+		{
+			int			space = Max(64, outbox_deferred_space * 2);
+
+			if (outbox_deferred_ids == NULL)
+				outbox_deferred_ids =
+					MemoryContextAlloc(TopTransactionContext,
+									   sizeof(int64) * space);
+			else
+				outbox_deferred_ids = repalloc(outbox_deferred_ids,
+											   sizeof(int64) * space);
+			outbox_deferred_space = space;
+		}
+		outbox_deferred_ids[outbox_deferred_count++] = id;
+		return;
+	}
+
+	outbox_notify(id);
+}
+
+/*
+ * outbox_notify
+ *
+ * Queue the wake-up for a row that became pending: the id, nothing else.
+ * async.c sends it when the transaction commits and drops it on rollback.
+ * When the notification queue is fuller than notify_queue_limit the NOTIFY
+ * is skipped, since a full queue makes a notifying COMMIT fail; the row is
+ * kept, and the skip is logged once until the queue drains again.  Also used
+ * by the worker for deferred wake-ups.
+ */
+void
+outbox_notify(int64 id)
+{
+	static LocalTransactionId checked_in = InvalidLocalTransactionId;
+	static double usage = 0.0;
+	static bool skip_logged = false;	/* until the queue drains again */
+	char		payload[32];
+#if PG_VERSION_NUM >= 170000
+	LocalTransactionId lxid = MyProc->vxid.lxid;
+#else
+	LocalTransactionId lxid = MyProc->lxid;
+#endif
+
+	/*
+	 * The queue fills slowly and only at commits: read its usage once per
+	 * transaction, not once per row (it takes NotifyQueueLock).
+	 */
+	if (lxid != checked_in)
+	{
+		LOCAL_FCINFO(usage_fcinfo, 0);
+
+		InitFunctionCallInfoData(*usage_fcinfo, NULL, 0, InvalidOid, NULL, NULL);
+		usage = DatumGetFloat8(pg_notification_queue_usage(usage_fcinfo));
+		checked_in = lxid;
+	}
+
+	if (usage >= outbox_notify_queue_limit)
+	{
+		if (!skip_logged)
+		{
+			ereport(LOG,
+					(errmsg("delivery_outbox: notification queue is %.1f%% full, skipping wake-ups for new rows",
+							usage * 100.0),
+					 errdetail("The rows are kept; relays find them by draining the table."),
+					 errhint("Find the session that LISTENs without consuming its notifications (often one idle in a long transaction, see pg_stat_activity), or raise \"%s.notify_queue_limit\" (now %g).",
+							 OUTBOX_GUC_PREFIX, outbox_notify_queue_limit)));
+			skip_logged = true;
+		}
+		outbox_count(OUTBOX_COUNT_NOTIFY_SKIPPED, 1);
+		return;
+	}
+	skip_logged = false;
+
+	snprintf(payload, sizeof(payload), INT64_FORMAT, id);
+	Async_Notify(outbox_channel, payload);
+	outbox_count(OUTBOX_COUNT_NOTIFIED, 1);
+}
+
+/*
+ * outbox_my_database
+ *
+ * This database's shared slot (allocated when create is true), or NULL.
+ * Slots never move, so the pointer is kept for the life of the backend.
+ */
+OutboxDatabase *
+outbox_my_database(bool create)
+{
+	static OutboxDatabase *mine = NULL;
+	static bool full_logged = false;
+
+	if (mine == NULL && outbox_shared != NULL)
+	{
+		mine = outbox_database(MyDatabaseId, create);
+		if (mine == NULL && create && !full_logged)
+		{
+			ereport(LOG,
+					(errmsg("delivery_outbox tracks at most %d databases: no counters, commit wake-ups for outbox_wait() or deferred wake-ups in this one",
+							OUTBOX_MAX_DATABASES)));
+			full_logged = true;
+		}
+	}
+	return mine;
+}
+
+/*
+ * outbox_level
+ *
+ * The bookkeeping of the current (sub)transaction level, created on first
+ * use.
+ */
+static OutboxXactLevel *
+outbox_level(void)
+{
+	int			nest_level = GetCurrentTransactionNestLevel();
+
+	if (outbox_xact == NULL || outbox_xact->nest_level < nest_level)
+	{
+		OutboxXactLevel *level;
+
+		level = MemoryContextAllocZero(TopTransactionContext,
+									   sizeof(OutboxXactLevel));
+		level->nest_level = nest_level;
+		level->nids_at_start = outbox_deferred_count;
+		level->parent = outbox_xact;
+		outbox_xact = level;
+	}
+	return outbox_xact;
+}
+
+/*
+ * outbox_subxact_callback
+ *
+ * A committed subtransaction's bookkeeping joins its parent's; an aborted
+ * one's is forgotten, deferred ids included.
+ */
+void
+outbox_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+						SubTransactionId parentSubid, void *arg)
+{
+	OutboxXactLevel *level = outbox_xact;
+	int			nest_level = GetCurrentTransactionNestLevel();
+
+	if (level == NULL || level->nest_level != nest_level)
+		return;
+
+	if (event == SUBXACT_EVENT_COMMIT_SUB)
+	{
+		OutboxXactLevel *parent = level->parent;
+		int			c;
+
+		if (parent != NULL && parent->nest_level == nest_level - 1)
+		{
+			for (c = 0; c < OUTBOX_NUM_COUNTERS; c++)
+				parent->deltas[c] += level->deltas[c];
+			parent->made_pending |= level->made_pending;
+			outbox_xact = parent;
+		}
+		else
+			level->nest_level = nest_level - 1;
+	}
+	else if (event == SUBXACT_EVENT_ABORT_SUB)
+	{
+		outbox_deferred_count = level->nids_at_start;
+		outbox_xact = level->parent;
+	}
+}
+
+/*
+ * outbox_xact_callback
+ *
+ * At commit, publish: add the counter deltas to shared memory, hand the
+ * deferred wake-ups to the worker, and wake outbox_wait() sleepers.  The
+ * transaction is already committed here, so nothing may fail or wait.  At
+ * PREPARE the deltas are stashed until COMMIT PREPARED (the deferred
+ * wake-ups are dropped: relays drain).  On abort, forget.
+ */
+void
+outbox_xact_callback(XactEvent event, void *arg)
+{
+	OutboxXactLevel *level = outbox_xact;
+
+	if (level != NULL &&
+		(event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT))
+	{
+		OutboxDatabase *db = outbox_my_database(true);
+
+		if (db != NULL)
+		{
+			if (outbox_deferred_count > 0)
+				outbox_handover(db, outbox_deferred_ids, outbox_deferred_count);
+			outbox_publish(db, level->deltas, level->made_pending);
+		}
+	}
+#if PG_VERSION_NUM >= 140000
+	else if (level != NULL && event == XACT_EVENT_PREPARE)
+		outbox_stash_prepared(level);
+#endif
+
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+		case XACT_EVENT_PREPARE:
+			/* the memory goes with TopTransactionContext */
+			outbox_xact = NULL;
+			outbox_deferred_ids = NULL;
+			outbox_deferred_count = 0;
+			outbox_deferred_space = 0;
+			outbox_prepare_gid[0] = '\0';
+			break;
+		default:
+			break;
+	}
+}
+
+/*
+ * outbox_publish
+ *
+ * Add committed deltas to a database's counters and wake its
+ * outbox_wait() sleepers when rows became pending.  Never fails.
+ */
+static void
+outbox_publish(OutboxDatabase *db, const int64 *deltas, bool made_pending)
+{
+	int			c;
+
+	for (c = 0; c < OUTBOX_NUM_COUNTERS; c++)
+	{
+		if (deltas[c] != 0)
+			pg_atomic_fetch_add_u64(&db->counters[c], deltas[c]);
+	}
+	/*
+	 * Skip the CV's spinlock when nobody waits.  The unlocked look is safe:
+	 * our commit is already visible, and a waiter checks the table after
+	 * putting itself on the list, so after the barrier either we see the
+	 * waiter or the waiter sees our rows.
+	 */
+	if (made_pending)
+	{
+		pg_memory_barrier();
+		if (!proclist_is_empty(&db->pending_cv.wakeup))
+			ConditionVariableBroadcast(&db->pending_cv);
+	}
+}
+
+/*
+ * outbox_stash_prepared
+ *
+ * The transaction was prepared: keep its deltas in shared memory under its
+ * GID until COMMIT PREPARED (or ROLLBACK PREPARED) decides.  With every
+ * entry taken, the work goes uncounted (the gauges are repaired by the next
+ * count).
+ */
+static void
+outbox_stash_prepared(OutboxXactLevel *level)
+{
+	int			i;
+
+	if (outbox_shared == NULL || outbox_prepare_gid[0] == '\0')
+		return;
+
+	SpinLockAcquire(&outbox_shared->mutex);
+	for (i = 0; i < OUTBOX_MAX_PREPARED; i++)
+	{
+		OutboxPrepared *p = &outbox_shared->prepared[i];
+
+		if (OidIsValid(p->dboid))
+			continue;
+		p->dboid = MyDatabaseId;
+		strlcpy(p->gid, outbox_prepare_gid, GIDSIZE);
+		memcpy(p->deltas, level->deltas, sizeof(p->deltas));
+		p->made_pending = level->made_pending;
+		break;
+	}
+	SpinLockRelease(&outbox_shared->mutex);
+}
+
+/*
+ * outbox_finish_prepared
+ *
+ * COMMIT PREPARED (commit = true) or ROLLBACK PREPARED of gid succeeded in
+ * this database: publish or drop what was stashed for it.
+ */
+void
+outbox_finish_prepared(const char *gid, bool commit)
+{
+	OutboxPrepared found;
+	bool		have = false;
+	int			i;
+
+	if (outbox_shared == NULL)
+		return;
+
+	SpinLockAcquire(&outbox_shared->mutex);
+	for (i = 0; i < OUTBOX_MAX_PREPARED && !have; i++)
+	{
+		OutboxPrepared *p = &outbox_shared->prepared[i];
+
+		if (p->dboid == MyDatabaseId && strcmp(p->gid, gid) == 0)
+		{
+			found = *p;
+			p->dboid = InvalidOid;
+			have = true;
+		}
+	}
+	SpinLockRelease(&outbox_shared->mutex);
+
+	if (have && commit)
+	{
+		OutboxDatabase *db = outbox_my_database(true);
+
+		if (db != NULL)
+			outbox_publish(db, found.deltas, found.made_pending);
+	}
+}
+
+/*
+ * outbox_xact_note_prepare
+ *
+ * The current transaction is about to be prepared under gid.
+ */
+void
+outbox_xact_note_prepare(const char *gid)
+{
+	strlcpy(outbox_prepare_gid, gid, GIDSIZE);
+}
+
+/*
+ * outbox_xact_forget_gauges
+ *
+ * The backlog was just counted, this transaction's own changes included:
+ * they must not be added again when it commits.
+ */
+void
+outbox_xact_forget_gauges(void)
+{
+	OutboxXactLevel *level;
+
+	for (level = outbox_xact; level != NULL; level = level->parent)
+	{
+		int			c;
+
+		for (c = OUTBOX_FIRST_GAUGE; c < OUTBOX_NUM_COUNTERS; c++)
+			level->deltas[c] = 0;
+	}
+}

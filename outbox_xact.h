@@ -1,0 +1,37 @@
+/*-------------------------------------------------------------------------
+ *
+ * outbox_xact.h
+ *		Per-transaction bookkeeping and wake-ups: counter deltas published
+ *		at commit, deferred wake-ups handed to the worker, NOTIFY.
+ *
+ * Copyright (c) 2026, delivery_outbox developers
+ *
+ * IDENTIFICATION
+ *		outbox_xact.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef OUTBOX_XACT_H
+#define OUTBOX_XACT_H
+
+#include "access/xact.h"
+
+#include "outbox_shmem.h"
+
+extern void outbox_count(OutboxCounter counter, int64 delta);
+extern void outbox_wake(int64 id);
+extern void outbox_notify(int64 id);
+extern OutboxDatabase *outbox_my_database(bool create);
+extern void outbox_xact_forget_gauges(void);
+
+/* registered by _PG_init */
+extern void outbox_xact_callback(XactEvent event, void *arg);
+extern void outbox_subxact_callback(SubXactEvent event,
+									SubTransactionId mySubid,
+									SubTransactionId parentSubid, void *arg);
+
+/* two-phase commit, followed from the ProcessUtility hook */
+extern void outbox_xact_note_prepare(const char *gid);
+extern void outbox_finish_prepared(const char *gid, bool commit);
+
+#endif							/* OUTBOX_XACT_H */
