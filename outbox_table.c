@@ -53,7 +53,6 @@ static Oid	outbox_member_table(Oid ext_oid);
 static Oid	outbox_extension_table(void);
 static void outbox_reset_cache(void);
 static SPIPlanPtr outbox_plan(OutboxPlanId id);
-static char *outbox_plan_sql(OutboxPlanId id, const char *table);
 static uint64 outbox_cutoff_rows(OutboxPlanId id, int expected,
 								 TimestampTz cutoff, int64 max_rows);
 
@@ -64,6 +63,205 @@ static char *outbox_qualified_table = NULL;
 static bool outbox_cache_stale = false;
 static MemoryContext OutboxCacheContext = NULL;
 static SPIPlanPtr outbox_plans[OUTBOX_NUM_PLANS];
+
+/*
+ * The statements, one entry per OutboxPlanId: the text, in which %1$s is the
+ * table's qualified name, and the parameter types.  Every operator and
+ * function is qualified, the state literals stay literal (so the partial
+ * indexes' predicates are proven from the query text, whatever the
+ * parameter values), and each multi-row change either skips locked rows or
+ * first locks its rows ORDER BY id.
+ *
+ * Where rows are found by id (acks, release, the UPDATE half of every
+ * lock-then-update), the state is re-checked in function form,
+ * pg_catalog.texteq(): the same test, but one no partial index predicate can
+ * be proven from, so the planner cannot trade the primary key lookup for a
+ * scan of a whole partial index, with or without statistics.
+ */
+typedef struct OutboxPlanDef
+{
+	const char *sql;
+	Oid			argtypes[OUTBOX_PLAN_MAX_ARGS];	/* InvalidOid-terminated */
+} OutboxPlanDef;
+
+#define OUTBOX_OPEN_STATES \
+	"ANY ('{pending,delivered}'::pg_catalog.text[])"
+
+/* the claim: pending rows in id order, optionally one recipient's/tenant's */
+#define OUTBOX_CLAIM_SQL(filter) \
+	"WITH c AS (" \
+	"SELECT id FROM %1$s" \
+	" WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'" filter \
+	" ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)," \
+	" u AS (" \
+	"UPDATE %1$s o SET delivery_state = 'delivered' FROM c" \
+	" WHERE o.id OPERATOR(pg_catalog.=) c.id" \
+	" AND pg_catalog.texteq(o.delivery_state, 'pending')" \
+	" RETURNING o)" \
+	" SELECT u.o FROM u ORDER BY (u.o).id"
+#define OUTBOX_BY_RECIPIENT	" AND recipient OPERATOR(pg_catalog.=) $2"
+#define OUTBOX_BY_TENANT	" AND tenant_id OPERATOR(pg_catalog.=) $3"
+
+/* the acks' lock: open rows by id, in id order */
+#define OUTBOX_ACK_LOCK_SQL(filter) \
+	"SELECT id, delivery_state OPERATOR(pg_catalog.=) 'pending'" \
+	" FROM %1$s" \
+	" WHERE id OPERATOR(pg_catalog.=) ANY ($1)" \
+	" AND NOT pg_catalog.texteq(delivery_state, 'acked')" filter \
+	" ORDER BY id FOR UPDATE"
+
+/* the reconnect resync: a recipient's delivered rows back to pending */
+#define OUTBOX_RESYNC_SQL(tenant) \
+	"WITH l AS (" \
+	"SELECT id FROM %1$s" \
+	" WHERE recipient OPERATOR(pg_catalog.=) $1" \
+	" AND delivery_state OPERATOR(pg_catalog.=) 'delivered'" \
+	" AND " tenant \
+	" ORDER BY id FOR UPDATE)" \
+	" UPDATE %1$s o SET delivery_state = 'pending' FROM l" \
+	" WHERE o.id OPERATOR(pg_catalog.=) l.id" \
+	" AND pg_catalog.texteq(o.delivery_state, 'delivered')"
+
+/* the replay: a recipient's open rows after an id */
+#define OUTBOX_REPLAY_SQL(filter) \
+	"SELECT o FROM %1$s o" \
+	" WHERE recipient OPERATOR(pg_catalog.=) $1" \
+	" AND delivery_state OPERATOR(pg_catalog.=) " OUTBOX_OPEN_STATES \
+	" AND id OPERATOR(pg_catalog.>) $2" filter \
+	" ORDER BY id LIMIT $3"
+
+/* outbox_wait's probe: is there a pending row (of a recipient)? */
+#define OUTBOX_EXISTS_SQL(filter) \
+	"SELECT 1 FROM %1$s" \
+	" WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'" filter \
+	" LIMIT 1"
+
+#define OUTBOX_CLAIM_ARGS	{INT8OID, TEXTOID, TEXTOID}
+#define OUTBOX_REPLAY_ARGS	{TEXTOID, INT8OID, INT8OID, TEXTOID}
+
+static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
+	[OUTBOX_PLAN_ENQUEUE] = {
+		"INSERT INTO %1$s (recipient, kind, payload, tenant_id)"
+		" VALUES ($1, $2, $3, $4) RETURNING id",
+		{TEXTOID, TEXTOID, BYTEAOID, TEXTOID}
+	},
+	[OUTBOX_PLAN_CLAIM] = {OUTBOX_CLAIM_SQL(""), OUTBOX_CLAIM_ARGS},
+	[OUTBOX_PLAN_CLAIM_R] = {OUTBOX_CLAIM_SQL(OUTBOX_BY_RECIPIENT), OUTBOX_CLAIM_ARGS},
+	[OUTBOX_PLAN_CLAIM_T] = {OUTBOX_CLAIM_SQL(OUTBOX_BY_TENANT), OUTBOX_CLAIM_ARGS},
+	[OUTBOX_PLAN_CLAIM_RT] = {
+		OUTBOX_CLAIM_SQL(OUTBOX_BY_RECIPIENT OUTBOX_BY_TENANT),
+		OUTBOX_CLAIM_ARGS
+	},
+	[OUTBOX_PLAN_ACK_LOCK] = {OUTBOX_ACK_LOCK_SQL(""), {INT8ARRAYOID, TEXTOID}},
+	[OUTBOX_PLAN_ACK_LOCK_R] = {
+		OUTBOX_ACK_LOCK_SQL(OUTBOX_BY_RECIPIENT),
+		{INT8ARRAYOID, TEXTOID}
+	},
+	[OUTBOX_PLAN_ACK_DELIVER] = {
+		"UPDATE %1$s SET delivery_state = 'delivered'"
+		" WHERE id OPERATOR(pg_catalog.=) ANY ($1)"
+		" AND pg_catalog.texteq(delivery_state, 'pending')",
+		{INT8ARRAYOID}
+	},
+	[OUTBOX_PLAN_ACK_FINISH] = {
+		"UPDATE %1$s SET delivery_state = 'acked'"
+		" WHERE id OPERATOR(pg_catalog.=) ANY ($1)"
+		" AND pg_catalog.texteq(delivery_state, 'delivered')",
+		{INT8ARRAYOID}
+	},
+	[OUTBOX_PLAN_RELEASE] = {
+		"WITH l AS ("
+		"SELECT id FROM %1$s"
+		" WHERE id OPERATOR(pg_catalog.=) ANY ($1)"
+		" AND pg_catalog.texteq(delivery_state, 'delivered')"
+		" ORDER BY id FOR UPDATE)"
+		" UPDATE %1$s o SET delivery_state = 'pending' FROM l"
+		" WHERE o.id OPERATOR(pg_catalog.=) l.id"
+		" AND pg_catalog.texteq(o.delivery_state, 'delivered')",
+		{INT8ARRAYOID}
+	},
+	[OUTBOX_PLAN_RECLAIM] = {
+		"WITH c AS ("
+		"SELECT id FROM %1$s"
+		" WHERE delivery_state OPERATOR(pg_catalog.=) 'delivered'"
+		" AND delivered_at OPERATOR(pg_catalog.<) $1"
+		" ORDER BY delivered_at LIMIT $2 FOR UPDATE SKIP LOCKED)"
+		" UPDATE %1$s o SET delivery_state = 'pending' FROM c"
+		" WHERE o.id OPERATOR(pg_catalog.=) c.id"
+		" AND pg_catalog.texteq(o.delivery_state, 'delivered')",
+		{TIMESTAMPTZOID, INT8OID}
+	},
+	[OUTBOX_PLAN_RESYNC] = {
+		OUTBOX_RESYNC_SQL("tenant_id OPERATOR(pg_catalog.=) $2"),
+		{TEXTOID, TEXTOID}
+	},
+	[OUTBOX_PLAN_RESYNC_NULL_TENANT] = {
+		OUTBOX_RESYNC_SQL("tenant_id IS NULL"),
+		{TEXTOID, TEXTOID}
+	},
+	[OUTBOX_PLAN_REASSIGN] = {
+		"WITH l AS ("
+		"SELECT id FROM %1$s"
+		" WHERE recipient OPERATOR(pg_catalog.=) $1"
+		" AND delivery_state OPERATOR(pg_catalog.=) " OUTBOX_OPEN_STATES
+		" ORDER BY id FOR UPDATE)"
+		" UPDATE %1$s o SET recipient = $2, delivery_state = 'pending'"
+		" FROM l WHERE o.id OPERATOR(pg_catalog.=) l.id"
+		" AND NOT pg_catalog.texteq(o.delivery_state, 'acked')",
+		{TEXTOID, TEXTOID}
+	},
+	[OUTBOX_PLAN_REPLAY] = {OUTBOX_REPLAY_SQL(""), OUTBOX_REPLAY_ARGS},
+	[OUTBOX_PLAN_REPLAY_T] = {
+		OUTBOX_REPLAY_SQL(" AND tenant_id OPERATOR(pg_catalog.=) $4"),
+		OUTBOX_REPLAY_ARGS
+	},
+	[OUTBOX_PLAN_PURGE] = {
+		"WITH d AS ("
+		"SELECT id FROM %1$s"
+		" WHERE delivery_state OPERATOR(pg_catalog.=) 'acked'"
+		" AND acked_at OPERATOR(pg_catalog.<) $1"
+		" ORDER BY acked_at LIMIT $2 FOR UPDATE SKIP LOCKED)"
+		" DELETE FROM %1$s o USING d"
+		" WHERE o.id OPERATOR(pg_catalog.=) d.id",
+		{TIMESTAMPTZOID, INT8OID}
+	},
+	[OUTBOX_PLAN_STATS] = {
+		"SELECT"
+		" pg_catalog.count(*) FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'),"
+		" pg_catalog.count(*) FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'delivered'),"
+		" pg_catalog.count(*) FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'acked'),"
+		" $1 OPERATOR(pg_catalog.-) pg_catalog.min(created_at)"
+		" FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'),"
+		" $1 OPERATOR(pg_catalog.-) pg_catalog.min(delivered_at)"
+		" FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'delivered'),"
+		" pg_catalog.count(DISTINCT recipient)"
+		" FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) " OUTBOX_OPEN_STATES ")"
+		" FROM %1$s",
+		{TIMESTAMPTZOID}
+	},
+	[OUTBOX_PLAN_ENQUEUE_BATCH] = {
+		"INSERT INTO %1$s (recipient, kind, payload, tenant_id)"
+		" SELECT r, k, p, t"
+		" FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2),"
+		" pg_catalog.unnest($3), pg_catalog.unnest($4))"
+		" WITH ORDINALITY AS u(r, k, p, t, n)"
+		" ORDER BY n RETURNING id",
+		{TEXTARRAYOID, TEXTARRAYOID, BYTEAARRAYOID, TEXTARRAYOID}
+	},
+	[OUTBOX_PLAN_EXISTS] = {OUTBOX_EXISTS_SQL(""), {TEXTOID}},
+	[OUTBOX_PLAN_EXISTS_R] = {
+		OUTBOX_EXISTS_SQL(" AND recipient OPERATOR(pg_catalog.=) $1"),
+		{TEXTOID}
+	},
+	[OUTBOX_PLAN_BACKLOG] = {
+		"SELECT"
+		" pg_catalog.count(*) FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'),"
+		" pg_catalog.count(*) FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'delivered')"
+		" FROM %1$s"
+		" WHERE delivery_state OPERATOR(pg_catalog.=) " OUTBOX_OPEN_STATES,
+		{InvalidOid}
+	},
+};
 
 /*
  * outbox_table_relcache_callback
@@ -295,183 +493,6 @@ outbox_lock_table(void)
 }
 
 /*
- * outbox_plan_sql
- *
- * The text of each statement.  Every operator and function is qualified, the
- * state literals stay literal (so the partial indexes' predicates are proven
- * from the query text, whatever the parameter values), and each multi-row
- * change either skips locked rows or first locks its rows ORDER BY id.
- *
- * Where rows are found by id (acks, release, the UPDATE half of every
- * lock-then-update), the state is re-checked in function form,
- * pg_catalog.texteq(): the same test, but one no partial index predicate can
- * be proven from, so the planner cannot trade the primary key lookup for a
- * scan of a whole partial index, with or without statistics.
- */
-static char *
-outbox_plan_sql(OutboxPlanId id, const char *t)
-{
-	switch (id)
-	{
-		case OUTBOX_PLAN_ENQUEUE:
-			return psprintf("INSERT INTO %s (recipient, kind, payload, tenant_id)"
-							" VALUES ($1, $2, $3, $4) RETURNING id", t);
-
-		case OUTBOX_PLAN_CLAIM:
-		case OUTBOX_PLAN_CLAIM_R:
-		case OUTBOX_PLAN_CLAIM_T:
-		case OUTBOX_PLAN_CLAIM_RT:
-			{
-				int			variant = id - OUTBOX_PLAN_CLAIM;
-
-				return psprintf("WITH c AS ("
-								"SELECT id FROM %1$s"
-								" WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'%2$s%3$s"
-								" ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED),"
-								" u AS ("
-								"UPDATE %1$s o SET delivery_state = 'delivered' FROM c"
-								" WHERE o.id OPERATOR(pg_catalog.=) c.id"
-								" AND pg_catalog.texteq(o.delivery_state, 'pending')"
-								" RETURNING o)"
-								" SELECT u.o FROM u ORDER BY (u.o).id",
-								t,
-								(variant & 1) ? " AND recipient OPERATOR(pg_catalog.=) $2" : "",
-								(variant & 2) ? " AND tenant_id OPERATOR(pg_catalog.=) $3" : "");
-			}
-
-		case OUTBOX_PLAN_ACK_LOCK:
-		case OUTBOX_PLAN_ACK_LOCK_R:
-			return psprintf("SELECT id, delivery_state OPERATOR(pg_catalog.=) 'pending'"
-							" FROM %s"
-							" WHERE id OPERATOR(pg_catalog.=) ANY ($1)"
-							" AND NOT pg_catalog.texteq(delivery_state, 'acked')%s"
-							" ORDER BY id FOR UPDATE",
-							t,
-							id == OUTBOX_PLAN_ACK_LOCK_R ?
-							" AND recipient OPERATOR(pg_catalog.=) $2" : "");
-
-		case OUTBOX_PLAN_ACK_DELIVER:
-			return psprintf("UPDATE %s SET delivery_state = 'delivered'"
-							" WHERE id OPERATOR(pg_catalog.=) ANY ($1)"
-							" AND pg_catalog.texteq(delivery_state, 'pending')", t);
-
-		case OUTBOX_PLAN_ACK_FINISH:
-			return psprintf("UPDATE %s SET delivery_state = 'acked'"
-							" WHERE id OPERATOR(pg_catalog.=) ANY ($1)"
-							" AND pg_catalog.texteq(delivery_state, 'delivered')", t);
-
-		case OUTBOX_PLAN_RELEASE:
-			return psprintf("WITH l AS ("
-							"SELECT id FROM %1$s"
-							" WHERE id OPERATOR(pg_catalog.=) ANY ($1)"
-							" AND pg_catalog.texteq(delivery_state, 'delivered')"
-							" ORDER BY id FOR UPDATE)"
-							" UPDATE %1$s o SET delivery_state = 'pending' FROM l"
-							" WHERE o.id OPERATOR(pg_catalog.=) l.id"
-							" AND pg_catalog.texteq(o.delivery_state, 'delivered')", t);
-
-		case OUTBOX_PLAN_RECLAIM:
-			return psprintf("WITH c AS ("
-							"SELECT id FROM %1$s"
-							" WHERE delivery_state OPERATOR(pg_catalog.=) 'delivered'"
-							" AND delivered_at OPERATOR(pg_catalog.<) $1"
-							" ORDER BY delivered_at LIMIT $2 FOR UPDATE SKIP LOCKED)"
-							" UPDATE %1$s o SET delivery_state = 'pending' FROM c"
-							" WHERE o.id OPERATOR(pg_catalog.=) c.id"
-							" AND pg_catalog.texteq(o.delivery_state, 'delivered')", t);
-
-		case OUTBOX_PLAN_RESYNC:
-		case OUTBOX_PLAN_RESYNC_NULL_TENANT:
-			return psprintf("WITH l AS ("
-							"SELECT id FROM %1$s"
-							" WHERE recipient OPERATOR(pg_catalog.=) $1"
-							" AND delivery_state OPERATOR(pg_catalog.=) 'delivered'"
-							" AND %2$s"
-							" ORDER BY id FOR UPDATE)"
-							" UPDATE %1$s o SET delivery_state = 'pending' FROM l"
-							" WHERE o.id OPERATOR(pg_catalog.=) l.id"
-							" AND pg_catalog.texteq(o.delivery_state, 'delivered')",
-							t,
-							id == OUTBOX_PLAN_RESYNC ?
-							"tenant_id OPERATOR(pg_catalog.=) $2" :
-							"tenant_id IS NULL");
-
-		case OUTBOX_PLAN_REASSIGN:
-			return psprintf("WITH l AS ("
-							"SELECT id FROM %1$s"
-							" WHERE recipient OPERATOR(pg_catalog.=) $1"
-							" AND delivery_state OPERATOR(pg_catalog.=) ANY ('{pending,delivered}'::pg_catalog.text[])"
-							" ORDER BY id FOR UPDATE)"
-							" UPDATE %1$s o SET recipient = $2, delivery_state = 'pending'"
-							" FROM l WHERE o.id OPERATOR(pg_catalog.=) l.id"
-							" AND NOT pg_catalog.texteq(o.delivery_state, 'acked')", t);
-
-		case OUTBOX_PLAN_REPLAY:
-		case OUTBOX_PLAN_REPLAY_T:
-			return psprintf("SELECT o FROM %s o"
-							" WHERE recipient OPERATOR(pg_catalog.=) $1"
-							" AND delivery_state OPERATOR(pg_catalog.=) ANY ('{pending,delivered}'::pg_catalog.text[])"
-							" AND id OPERATOR(pg_catalog.>) $2%s"
-							" ORDER BY id LIMIT $3",
-							t,
-							id == OUTBOX_PLAN_REPLAY_T ?
-							" AND tenant_id OPERATOR(pg_catalog.=) $4" : "");
-
-		case OUTBOX_PLAN_PURGE:
-			return psprintf("WITH d AS ("
-							"SELECT id FROM %1$s"
-							" WHERE delivery_state OPERATOR(pg_catalog.=) 'acked'"
-							" AND acked_at OPERATOR(pg_catalog.<) $1"
-							" ORDER BY acked_at LIMIT $2 FOR UPDATE SKIP LOCKED)"
-							" DELETE FROM %1$s o USING d"
-							" WHERE o.id OPERATOR(pg_catalog.=) d.id", t);
-
-		case OUTBOX_PLAN_STATS:
-			return psprintf("SELECT"
-							" pg_catalog.count(*) FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'),"
-							" pg_catalog.count(*) FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'delivered'),"
-							" pg_catalog.count(*) FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'acked'),"
-							" $1 OPERATOR(pg_catalog.-) pg_catalog.min(created_at)"
-							" FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'),"
-							" $1 OPERATOR(pg_catalog.-) pg_catalog.min(delivered_at)"
-							" FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'delivered'),"
-							" pg_catalog.count(DISTINCT recipient)"
-							" FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) ANY ('{pending,delivered}'::pg_catalog.text[]))"
-							" FROM %s", t);
-
-		case OUTBOX_PLAN_ENQUEUE_BATCH:
-			return psprintf("INSERT INTO %s (recipient, kind, payload, tenant_id)"
-							" SELECT r, k, p, t"
-							" FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2),"
-							" pg_catalog.unnest($3), pg_catalog.unnest($4))"
-							" WITH ORDINALITY AS u(r, k, p, t, n)"
-							" ORDER BY n RETURNING id", t);
-
-		case OUTBOX_PLAN_EXISTS:
-		case OUTBOX_PLAN_EXISTS_R:
-			return psprintf("SELECT 1 FROM %s"
-							" WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'%s"
-							" LIMIT 1",
-							t,
-							id == OUTBOX_PLAN_EXISTS_R ?
-							" AND recipient OPERATOR(pg_catalog.=) $1" : "");
-
-		case OUTBOX_PLAN_BACKLOG:
-			return psprintf("SELECT"
-							" pg_catalog.count(*) FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'),"
-							" pg_catalog.count(*) FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'delivered')"
-							" FROM %s"
-							" WHERE delivery_state OPERATOR(pg_catalog.=) ANY ('{pending,delivered}'::pg_catalog.text[])",
-							t);
-
-		case OUTBOX_NUM_PLANS:
-			break;
-	}
-	elog(ERROR, "unrecognized outbox statement %d", (int) id);
-	return NULL;				/* keep compiler quiet */
-}
-
-/*
  * outbox_plan
  *
  * The prepared, kept plan of one statement.  It is prepared once per backend
@@ -483,30 +504,7 @@ outbox_plan_sql(OutboxPlanId id, const char *t)
 static SPIPlanPtr
 outbox_plan(OutboxPlanId id)
 {
-	static const Oid argtypes[OUTBOX_NUM_PLANS][4] = {
-		[OUTBOX_PLAN_ENQUEUE] = {TEXTOID, TEXTOID, BYTEAOID, TEXTOID},
-		[OUTBOX_PLAN_CLAIM] = {INT8OID, TEXTOID, TEXTOID},
-		[OUTBOX_PLAN_CLAIM_R] = {INT8OID, TEXTOID, TEXTOID},
-		[OUTBOX_PLAN_CLAIM_T] = {INT8OID, TEXTOID, TEXTOID},
-		[OUTBOX_PLAN_CLAIM_RT] = {INT8OID, TEXTOID, TEXTOID},
-		[OUTBOX_PLAN_ACK_LOCK] = {INT8ARRAYOID, TEXTOID},
-		[OUTBOX_PLAN_ACK_LOCK_R] = {INT8ARRAYOID, TEXTOID},
-		[OUTBOX_PLAN_ACK_DELIVER] = {INT8ARRAYOID},
-		[OUTBOX_PLAN_ACK_FINISH] = {INT8ARRAYOID},
-		[OUTBOX_PLAN_RELEASE] = {INT8ARRAYOID},
-		[OUTBOX_PLAN_RECLAIM] = {TIMESTAMPTZOID, INT8OID},
-		[OUTBOX_PLAN_RESYNC] = {TEXTOID, TEXTOID},
-		[OUTBOX_PLAN_RESYNC_NULL_TENANT] = {TEXTOID, TEXTOID},
-		[OUTBOX_PLAN_REASSIGN] = {TEXTOID, TEXTOID},
-		[OUTBOX_PLAN_REPLAY] = {TEXTOID, INT8OID, INT8OID, TEXTOID},
-		[OUTBOX_PLAN_REPLAY_T] = {TEXTOID, INT8OID, INT8OID, TEXTOID},
-		[OUTBOX_PLAN_PURGE] = {TIMESTAMPTZOID, INT8OID},
-		[OUTBOX_PLAN_STATS] = {TIMESTAMPTZOID},
-		[OUTBOX_PLAN_ENQUEUE_BATCH] = {TEXTARRAYOID, TEXTARRAYOID, BYTEAARRAYOID, TEXTARRAYOID},
-		[OUTBOX_PLAN_EXISTS] = {TEXTOID},
-		[OUTBOX_PLAN_EXISTS_R] = {TEXTOID},
-		[OUTBOX_PLAN_BACKLOG] = {InvalidOid},
-	};
+	const OutboxPlanDef *def = &outbox_plan_defs[id];
 	const char *table = outbox_table();
 	int			nargs;
 	char	   *sql;
@@ -516,15 +514,19 @@ outbox_plan(OutboxPlanId id)
 	if (outbox_plans[id] != NULL)
 		return outbox_plans[id];
 
-	for (nargs = 0; nargs < 4 && OidIsValid(argtypes[id][nargs]); nargs++)
+	if (def->sql == NULL)
+		elog(ERROR, "unrecognized outbox statement %d", (int) id);
+	for (nargs = 0;
+		 nargs < OUTBOX_PLAN_MAX_ARGS && OidIsValid(def->argtypes[nargs]);
+		 nargs++)
 		;
-	sql = outbox_plan_sql(id, table);
+	sql = psprintf(def->sql, table);
 
 	save_nestlevel = NewGUCNestLevel();
 	(void) set_config_option("search_path", "pg_catalog, pg_temp",
 							 PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_SAVE, true, 0, false);
-	plan = SPI_prepare(sql, nargs, (Oid *) argtypes[id]);
+	plan = SPI_prepare(sql, nargs, (Oid *) def->argtypes);
 	AtEOXact_GUC(true, save_nestlevel);
 
 	if (plan == NULL)

@@ -18,7 +18,10 @@
 
 #include "outbox_shmem.h"
 
-/* Each statement the functions run; see outbox_plan_sql(). */
+/* Parameters of a statement, at most. */
+#define OUTBOX_PLAN_MAX_ARGS	4
+
+/* Each statement the functions run; see outbox_plan_defs in outbox_table.c. */
 typedef enum OutboxPlanId
 {
 	OUTBOX_PLAN_ENQUEUE,
