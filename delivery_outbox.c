@@ -60,6 +60,7 @@ static bool outbox_channel_check(char **newval, void **extra, GucSource source);
 static bool outbox_database_check(char **newval, void **extra,
 								  GucSource source);
 static List *outbox_database_list(void);
+static void outbox_init_preloaded(void);
 static void outbox_shmem_request(void);
 static void outbox_shmem_startup(void);
 static void outbox_process_utility(PlannedStmt *pstmt, const char *queryString,
@@ -95,15 +96,14 @@ static ProcessUtility_hook_type prev_process_utility_hook = NULL;
 /*
  * _PG_init
  *
- * Define the GUCs and the invalidation callback.  Nothing here needs
- * shared_preload_libraries: the library is loaded on first use.
+ * Define the GUCs, register the invalidation and transaction callbacks, and,
+ * when preloaded, everything that needs shared_preload_libraries.  Without
+ * the preload the library is loaded on first use and works without shared
+ * memory and without a worker.
  */
 void
 _PG_init(void)
 {
-	List	   *names;
-	int			i;
-
 	DefineCustomStringVariable(OUTBOX_GUC_PREFIX ".channel",
 							   "Channel on which a row id is notified when the row becomes pending.",
 							   "Relays LISTEN on this channel; the payload is the row id only.",
@@ -170,6 +170,15 @@ _PG_init(void)
 							GUC_UNIT_S,
 							NULL, NULL, NULL);
 
+	DefineCustomIntVariable(OUTBOX_GUC_PREFIX ".deferred_batch_delay",
+							"In deferred mode, how long the worker lets wake-ups gather after sending a batch.",
+							"0 sends each batch as soon as the previous one is out.  More delay means fewer, larger NOTIFY transactions, and that much more latency under load.",
+							&outbox_deferred_batch_delay,
+							2, 0, 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
 	CacheRegisterRelcacheCallback(outbox_table_relcache_callback, (Datum) 0);
 	CacheRegisterRelcacheCallback(outbox_trigger_relcache_callback, (Datum) 0);
 	CacheRegisterRelcacheCallback(outbox_insert_relcache_callback, (Datum) 0);
@@ -182,25 +191,26 @@ _PG_init(void)
 	RegisterXactCallback(outbox_xact_callback, NULL);
 	RegisterSubXactCallback(outbox_subxact_callback, NULL);
 
-#if PG_VERSION_NUM >= 150000
+	if (process_shared_preload_libraries_in_progress)
+		outbox_init_preloaded();
+
+	/* after every definition: drops placeholders of unknown names */
 	MarkGUCPrefixReserved(OUTBOX_GUC_PREFIX);
-#else
-	EmitWarningsOnPlaceholders(OUTBOX_GUC_PREFIX);
-#endif
+}
 
-	/* PGC_POSTMASTER settings exist only when the library is preloaded */
-	if (!process_shared_preload_libraries_in_progress)
-		return;
-
-	/* only the worker reads it, and it runs only when preloaded */
-	DefineCustomIntVariable(OUTBOX_GUC_PREFIX ".deferred_batch_delay",
-							"In deferred mode, how long the worker lets wake-ups gather after sending a batch.",
-							"0 sends each batch as soon as the previous one is out.  More delay means fewer, larger NOTIFY transactions, and that much more latency under load.",
-							&outbox_deferred_batch_delay,
-							2, 0, 1000,
-							PGC_SIGHUP,
-							GUC_UNIT_MS,
-							NULL, NULL, NULL);
+/*
+ * outbox_init_preloaded
+ *
+ * What only a library in shared_preload_libraries may do: the
+ * PGC_POSTMASTER settings, shared memory, the ProcessUtility hook (counting
+ * two-phase work needs the shared memory) and one worker per database in
+ * delivery_outbox.database.
+ */
+static void
+outbox_init_preloaded(void)
+{
+	List	   *names;
+	int			i;
 
 	DefineCustomStringVariable(OUTBOX_GUC_PREFIX ".database",
 							   "Databases the delivery_outbox background worker serves.",
@@ -220,16 +230,10 @@ _PG_init(void)
 							0,
 							NULL, NULL, NULL);
 
-#if PG_VERSION_NUM >= 150000
 	prev_shmem_request_hook = shmem_request_hook;
 	shmem_request_hook = outbox_shmem_request;
-#else
-	outbox_shmem_request();
-#endif
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = outbox_shmem_startup;
-
-	/* counting two-phase work needs the shared memory of the preload */
 	prev_process_utility_hook = ProcessUtility_hook;
 	ProcessUtility_hook = outbox_process_utility;
 
