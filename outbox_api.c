@@ -52,7 +52,7 @@ static Datum outbox_cutoff(FunctionCallInfo fcinfo, int argno);
 static void outbox_check_interval(FunctionCallInfo fcinfo, int argno,
 								  const char *name);
 static Datum outbox_null_text(FunctionCallInfo fcinfo, int argno, char *null);
-static Tuplestorestate *outbox_begin_srf(FunctionCallInfo fcinfo);
+static Tuplestorestate *outbox_begin_srf(FunctionCallInfo fcinfo, bits32 flags);
 static void outbox_put_rows(Tuplestorestate *tupstore);
 static Datum outbox_count_result(uint64 count);
 static uint64 outbox_ack_internal(Datum ids, Datum recipient, char recipient_null);
@@ -136,7 +136,7 @@ outbox_claim(PG_FUNCTION_ARGS)
 	if (nulls[2] == ' ')
 		variant += 2;
 
-	tupstore = outbox_begin_srf(fcinfo);
+	tupstore = outbox_begin_srf(fcinfo, 0);
 
 	outbox_spi_connect();
 	outbox_execute(OUTBOX_PLAN_CLAIM + variant, values, nulls, SPI_OK_SELECT);
@@ -302,7 +302,7 @@ outbox_replay(PG_FUNCTION_ARGS)
 	values[2] = Int64GetDatum(outbox_check_max_rows(fcinfo, 2));
 	values[3] = outbox_null_text(fcinfo, 3, &nulls[3]);
 
-	tupstore = outbox_begin_srf(fcinfo);
+	tupstore = outbox_begin_srf(fcinfo, 0);
 
 	outbox_spi_connect();
 	outbox_execute(nulls[3] == 'n' ? OUTBOX_PLAN_REPLAY : OUTBOX_PLAN_REPLAY_T,
@@ -410,7 +410,7 @@ outbox_enqueue_batch(PG_FUNCTION_ARGS)
 							   n[a])));
 	}
 
-	tupstore = outbox_begin_srf(fcinfo);
+	tupstore = outbox_begin_srf(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
 	if (n[0] == 0)
 		return (Datum) 0;
 
@@ -553,7 +553,7 @@ outbox_activity(PG_FUNCTION_ARGS)
 				 errdetail("The counters live in shared memory, which needs the library preloaded."),
 				 errhint("Add delivery_outbox to shared_preload_libraries and restart the server.")));
 
-	tupstore = outbox_begin_srf(fcinfo);
+	tupstore = outbox_begin_srf(fcinfo, 0);
 	tupdesc = ((ReturnSetInfo *) fcinfo->resultinfo)->setDesc;
 	if (tupdesc->natts != OUTBOX_NUM_COUNTERS + 2)
 		elog(ERROR, "outbox_activity() is declared with %d columns, expected %d",
@@ -919,47 +919,14 @@ outbox_count_result(uint64 count)
 /*
  * outbox_begin_srf
  *
- * Set up materialize mode for a set-returning function: SETOF
- * delivery_outbox, SETOF record, or SETOF a scalar.
+ * Materialize mode for a set-returning function (InitMaterializedSRF, which
+ * also checks the calling context); the tuplestore to fill.
  */
 static Tuplestorestate *
-outbox_begin_srf(FunctionCallInfo fcinfo)
+outbox_begin_srf(FunctionCallInfo fcinfo, bits32 flags)
 {
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	MemoryContext oldcontext;
-	TupleDesc	tupdesc;
-	Oid			result_type;
-	Tuplestorestate *tupstore;
-
-	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo))
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("set-valued function called in context that cannot accept a set")));
-	if (!(rsinfo->allowedModes & SFRM_Materialize))
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("materialize mode required, but it is not allowed in this context")));
-
-	oldcontext = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
-	switch (get_call_result_type(fcinfo, &result_type, &tupdesc))
-	{
-		case TYPEFUNC_COMPOSITE:
-			break;
-		case TYPEFUNC_SCALAR:
-			tupdesc = CreateTemplateTupleDesc(1);
-			TupleDescInitEntry(tupdesc, (AttrNumber) 1, "id", result_type, -1, 0);
-			break;
-		default:
-			elog(ERROR, "return type must be a row type or a scalar");
-	}
-	tupstore = tuplestore_begin_heap((rsinfo->allowedModes & SFRM_Materialize_Random) != 0,
-									 false, work_mem);
-	rsinfo->returnMode = SFRM_Materialize;
-	rsinfo->setResult = tupstore;
-	rsinfo->setDesc = tupdesc;
-	MemoryContextSwitchTo(oldcontext);
-
-	return tupstore;
+	InitMaterializedSRF(fcinfo, flags);
+	return ((ReturnSetInfo *) fcinfo->resultinfo)->setResult;
 }
 
 /*

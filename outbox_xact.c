@@ -142,11 +142,7 @@ outbox_notify(int64 id)
 	static double usage = 0.0;
 	static bool skip_logged = false;	/* until the queue drains again */
 	char		payload[32];
-#if PG_VERSION_NUM >= 170000
-	LocalTransactionId lxid = MyProc->vxid.lxid;
-#else
 	LocalTransactionId lxid = MyProc->lxid;
-#endif
 
 	/*
 	 * The queue fills slowly and only at commits: read its usage once per
@@ -298,10 +294,8 @@ outbox_xact_callback(XactEvent event, void *arg)
 			outbox_publish(db, level->deltas, level->made_pending);
 		}
 	}
-#if PG_VERSION_NUM >= 140000
 	else if (level != NULL && event == XACT_EVENT_PREPARE)
 		outbox_stash_prepared(level);
-#endif
 
 	switch (event)
 	{
