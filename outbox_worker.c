@@ -67,6 +67,10 @@ static bool sweeper_ring_used(OutboxDatabase *db);
 static OutboxDatabase *sweeper_db = NULL;
 static int64 *sweeper_batch = NULL;
 
+/* When the next sweep is due; whether "not installed" was logged. */
+static TimestampTz sweeper_next_sweep = 0;
+static bool sweeper_missing_logged = false;
+
 /*
  * outbox_sweeper_main
  *
@@ -78,8 +82,7 @@ outbox_sweeper_main(Datum main_arg)
 {
 	int			index = DatumGetInt32(main_arg);
 	char		dbname[NAMEDATALEN];
-	volatile TimestampTz next_sweep = 0;
-	volatile bool missing_logged = false;
+	sigjmp_buf	local_sigjmp_buf;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -126,58 +129,67 @@ outbox_sweeper_main(Datum main_arg)
 			(errmsg("delivery_outbox sweeper started for database \"%s\"",
 					dbname)));
 
+	/*
+	 * An error in a pass comes back here, as in the server's own long-lived
+	 * processes (bgwriter.c): report it, abort the transaction, wait a
+	 * second and go on with the loop.  The worker does not exit for an error
+	 * it may well meet again at once; the wake-ups of a failed batch are
+	 * lost (relays drain).  Whatever must survive this lives in file-static
+	 * variables, not in locals.
+	 */
+	if (sigsetjmp(local_sigjmp_buf, 1) != 0)
+	{
+		error_context_stack = NULL;
+		sweeper_recover();
+		(void) WaitLatch(MyLatch,
+						 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 1000, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+	PG_exception_stack = &local_sigjmp_buf;
+
 	for (;;)
 	{
 		TimestampTz now;
 		long		timeout;
-		bool		more = false;
-		bool		sent = false;
-		bool		failed = false;
+		bool		more;
+		bool		sent;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
 		{
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
-			next_sweep = 0;		/* apply a new interval right away */
+			sweeper_next_sweep = 0; /* apply a new interval right away */
 		}
 
 		now = GetCurrentTimestamp();
-		PG_TRY();
-		{
-			sent = sweeper_ring_used(sweeper_db);
-			more = sweeper_send_wakeups(sweeper_db, SWEEPER_MAX_BATCHES);
+		sent = sweeper_ring_used(sweeper_db);
+		more = sweeper_send_wakeups(sweeper_db, SWEEPER_MAX_BATCHES);
 
-			if (now >= next_sweep)
+		if (now >= sweeper_next_sweep)
+		{
+			/* due or not, the next pass is an interval away */
+			sweeper_next_sweep = TimestampTzPlusMilliseconds(now,
+															 outbox_sweep_interval);
+			if (sweeper_sweep(sweeper_db))
 			{
-				/* due or not, the next pass is an interval away */
-				next_sweep = TimestampTzPlusMilliseconds(now,
-														 outbox_sweep_interval);
-				if (sweeper_sweep(sweeper_db))
-				{
-					if (missing_logged)
-						ereport(LOG,
-								(errmsg("delivery_outbox sweeper: extension found in database \"%s\", sweeping",
-										dbname)));
-					missing_logged = false;
-				}
-				else if (!missing_logged)
-				{
+				if (sweeper_missing_logged)
 					ereport(LOG,
-							(errmsg("delivery_outbox sweeper: extension \"%s\" is not installed in database \"%s\", waiting",
-									OUTBOX_EXTENSION_NAME, dbname)));
-					missing_logged = true;
-				}
+							(errmsg("delivery_outbox sweeper: extension found in database \"%s\", sweeping",
+									dbname)));
+				sweeper_missing_logged = false;
+			}
+			else if (!sweeper_missing_logged)
+			{
+				ereport(LOG,
+						(errmsg("delivery_outbox sweeper: extension \"%s\" is not installed in database \"%s\", waiting",
+								OUTBOX_EXTENSION_NAME, dbname)));
+				sweeper_missing_logged = true;
 			}
 		}
-		PG_CATCH();
-		{
-			sweeper_recover();
-			failed = true;
-		}
-		PG_END_TRY();
 
-		if (more && !failed)
+		if (more)
 			continue;			/* wake-ups still waiting: no sleep */
 
 		/*
@@ -185,17 +197,15 @@ outbox_sweeper_main(Datum main_arg)
 		 * next batch: under load this turns a transaction per producer
 		 * commit into one per deferred_batch_delay, at that much latency.
 		 */
-		if (sent && !failed && outbox_deferred_batch_delay > 0)
+		if (sent && outbox_deferred_batch_delay > 0)
 			(void) WaitLatch(MyLatch, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 							 outbox_deferred_batch_delay, PG_WAIT_EXTENSION);
 
-		now = GetCurrentTimestamp();
-		timeout = TimestampDifferenceMilliseconds(now, next_sweep);
-		if (failed)
-			timeout = Min(timeout, 1000);	/* retry, but not in a hot loop */
+		timeout = TimestampDifferenceMilliseconds(GetCurrentTimestamp(),
+												  sweeper_next_sweep);
 		(void) WaitLatch(MyLatch,
 						 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 Max(timeout, failed ? 1000 : 1),
+						 Max(timeout, 1),
 						 PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 	}
@@ -220,9 +230,8 @@ sweeper_ring_used(OutboxDatabase *db)
 /*
  * sweeper_recover
  *
- * An error in a pass: report it, abort the transaction, and go on with the
- * loop (the worker does not exit for an error it may well meet again; the
- * loop retries after a second).  The wake-ups of a failed batch are lost.
+ * An error in a pass: report it and abort the transaction, leaving the
+ * worker as it is at the top of its loop.
  */
 static void
 sweeper_recover(void)
