@@ -19,13 +19,11 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use OutboxTest;
 
-my $node = PostgreSQL::Test::Cluster->new('main');
-$node->init;
-$node->start;
-
-$node->safe_psql('postgres', 'CREATE DATABASE src');
-$node->safe_psql('src', 'CREATE EXTENSION delivery_outbox');
+my $node = outbox_node('main', databases => ['src'], extension => ['src']);
 
 # Each row gets its own recipient, so that a per-recipient claim picks
 # exactly that row.  Ids 5 and 8 are taken by rolled-back enqueues.
@@ -77,8 +75,7 @@ is($node->safe_psql('src', $summary_sql),
 	$expected_summary, 'source rows are in the states under test');
 # The full text of every row (every column, timestamps included), and the
 # sequence.
-my $rows_sql = q{SELECT o::text FROM delivery_outbox o ORDER BY id};
-my $src_rows = $node->safe_psql('src', $rows_sql);
+my $src_rows = rows_of($node, db => 'src');
 my $src_max = $node->safe_psql('src', 'SELECT max(id) FROM delivery_outbox');
 is($src_max, '7', 'highest id in the source');
 
@@ -120,7 +117,7 @@ $node->command_checks_all(
 
 foreach my $db ('restored_plain', 'restored_custom')
 {
-	is($node->safe_psql($db, $rows_sql),
+	is(rows_of($node, db => $db),
 		$src_rows, "$db: every row comes back exactly as saved");
 	is($node->safe_psql($db, $summary_sql),
 		$expected_summary, "$db: states and bookkeeping as saved");
@@ -158,7 +155,7 @@ foreach my $db ('restored_plain', 'restored_custom')
 }
 
 # The source is untouched by all this.
-is($node->safe_psql('src', $rows_sql), $src_rows, 'source rows unchanged');
+is(rows_of($node, db => 'src'), $src_rows, 'source rows unchanged');
 
 $node->stop;
 

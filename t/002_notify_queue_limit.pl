@@ -20,34 +20,15 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use OutboxTest;
 
-my $node = PostgreSQL::Test::Cluster->new('main');
-$node->init;
-$node->start;
+my $node = outbox_node('main', extension => ['postgres']);
 
-$node->safe_psql('postgres', 'CREATE EXTENSION delivery_outbox');
-
-my $relay = $node->background_psql('postgres');
-$relay->query_safe('LISTEN delivery_outbox');
-
-# The payloads of the notifications the relay received since the last call,
-# in arrival order, comma-separated.
-sub wakeups
-{
-	my $out = $relay->query_safe('SELECT 1');
-	my @ids = $out =~
-	  /^Asynchronous notification "delivery_outbox" with payload "([^"]*)" received from server process with PID \d+\.$/mg;
-	return join(',', @ids);
-}
-
-# How many "skipping wake-ups" lines the server log holds after $offset.
-sub skip_lines
-{
-	my ($offset) = @_;
-	my @lines = grep { /skipping wake-ups/ }
-	  split /\n/, slurp_file($node->logfile, $offset);
-	return scalar @lines;
-}
+# The relay; heard_payloads($relay) is what it received since the last
+# call.
+my $relay = listener($node);
 
 # Baseline: the relay hears an enqueue with the default limit.
 is( $node->safe_psql(
@@ -59,7 +40,8 @@ is( $node->safe_psql(
 		'postgres', q{SELECT outbox_enqueue('agent:a', 'work', '\x01')}),
 	'1',
 	'enqueue with the default limit');
-is(wakeups(), '1', 'relay hears the enqueue, payload exactly the id');
+is(heard_payloads($relay), '1',
+	'relay hears the enqueue, payload exactly the id');
 
 # limit 0: every wake-up is skipped, the rows are committed, and one backend
 # that skips several says so once.
@@ -83,8 +65,8 @@ is($node->safe_psql('postgres',
 		  FROM delivery_outbox WHERE id BETWEEN 2 AND 5}),
 	'2:pending,3:pending,4:pending,5:pending',
 	'the rows whose wake-up was skipped are kept, pending');
-is(wakeups(), '', 'relay hears nothing for the skipped enqueues');
-is(skip_lines($offset), 1,
+is(heard_payloads($relay), '', 'relay hears nothing for the skipped enqueues');
+is(skip_lines($node, $offset), 1,
 	'one "skipping wake-ups" log line for four skipped enqueues in one backend');
 like(
 	slurp_file($node->logfile, $offset),
@@ -111,14 +93,15 @@ SELECT outbox_enqueue('agent:a', 'work', '\x08');
 });
 is($ret, 0, 'enqueues commit while the limit is switched back');
 is($stdout, "6\n7\n8", 'ids 6-8');
-is(wakeups(), '7,8', 'back at 0.5, only the rows enqueued since are heard');
-is(skip_lines($offset), 1, 'the one skip in that backend is logged once');
+is(heard_payloads($relay),
+	'7,8', 'back at 0.5, only the rows enqueued since are heard');
+is(skip_lines($node, $offset),
+	1, 'the one skip in that backend is logged once');
 
 # A limit below the current usage, with a real stuck listener: a relay that
 # LISTENs inside an open transaction holds the queue tail while more than a
 # page of notifications goes by.
-my $stuck = $node->background_psql('postgres');
-$stuck->query_safe('LISTEN delivery_outbox');
+my $stuck = listener($node);
 $stuck->query_safe('BEGIN');
 $stuck->query_safe('SELECT 1');
 $node->safe_psql('postgres',
@@ -140,8 +123,8 @@ SELECT outbox_enqueue('agent:b', 'work', '\\x0b');
 is($ret, 0, 'enqueues commit with the limit below the queue usage');
 is($stdout, "9\n10\n11", 'ids 9-11');
 is($stderr, '', 'no warning or error reaches the producer');
-is(wakeups(), '', 'no wake-up sent above the limit');
-is(skip_lines($offset), 1,
+is(heard_payloads($relay), '', 'no wake-up sent above the limit');
+is(skip_lines($node, $offset), 1,
 	'one "skipping wake-ups" log line for three skipped enqueues');
 is($node->safe_psql('postgres',
 		q{SELECT count(*) FROM delivery_outbox
@@ -154,7 +137,7 @@ is( $node->safe_psql(
 		'postgres', q{SELECT outbox_enqueue('agent:b', 'work', '\x0c')}),
 	'12',
 	'enqueue at the default limit while the listener is stuck');
-is(wakeups(), '12', 'relay hears it');
+is(heard_payloads($relay), '12', 'relay hears it');
 
 $stuck->query_safe('COMMIT');
 $stuck->quit;
@@ -172,7 +155,7 @@ FROM delivery_outbox WHERE recipient = 'agent:c';
 EOF
 is($stdout, '13:0d:-:pending,14:0e:tenant-1:pending',
 	'COPY FROM STDIN inserts pending rows');
-is(wakeups(), '13,14', 'relay hears every row copied in');
+is(heard_payloads($relay), '13,14', 'relay hears every row copied in');
 
 $stdout = $node->safe_psql('postgres', <<'EOF');
 \copy delivery_outbox (recipient, kind, payload) from stdin
@@ -182,7 +165,7 @@ SELECT string_agg(id::text, ',' ORDER BY id)
 FROM delivery_outbox WHERE recipient = 'agent:d';
 EOF
 is($stdout, '15', 'psql \copy inserts the row');
-is(wakeups(), '15', 'relay hears the row copied in with \copy');
+is(heard_payloads($relay), '15', 'relay hears the row copied in with \copy');
 
 # A rolled-back COPY wakes nobody.
 ($ret, $stdout, $stderr) = $node->psql('postgres', <<'EOF');
@@ -196,7 +179,7 @@ is($ret, 0, 'COPY in a rolled-back transaction');
 is($node->safe_psql('postgres',
 		q{SELECT count(*) FROM delivery_outbox WHERE recipient = 'agent:e'}),
 	'0', 'no row from the rolled-back COPY');
-is(wakeups(), '', 'no wake-up from the rolled-back COPY');
+is(heard_payloads($relay), '', 'no wake-up from the rolled-back COPY');
 
 $relay->quit;
 $node->stop;

@@ -25,22 +25,15 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use IPC::Run;
+use FindBin;
+use lib $FindBin::RealBin;
+use OutboxTest;
 
-my $node = PostgreSQL::Test::Cluster->new('main');
-$node->init;
 # Thousands of tiny transactions: keep the log readable.
-$node->append_conf('postgresql.conf', "log_statement = none\n");
-$node->start;
-
-$node->safe_psql('postgres', 'CREATE EXTENSION delivery_outbox');
-
-# The full text of the rows of some recipients, timestamps included.
-sub rows_of
-{
-	my ($where) = @_;
-	return $node->safe_psql('postgres',
-		"SELECT o::text FROM delivery_outbox o WHERE $where ORDER BY id");
-}
+my $node = outbox_node(
+	'main',
+	conf => "log_statement = none\n",
+	extension => ['postgres']);
 
 # Rows settled before the crash:
 #   agent:acked       5 rows claimed and acked
@@ -74,8 +67,10 @@ FROM (SELECT recipient, delivery_state, count(*) n,
 	  . 'agent:delivered:delivered:3:1,agent:open:pending:3:1',
 	'rows settled before the crash are in the states under test');
 
-my $settled = rows_of(q{recipient IN ('agent:acked', 'agent:delivered')});
-my $open_before = rows_of(q{recipient IN ('agent:open', 'agent:acking')});
+my $settled =
+  rows_of($node, where => q{recipient IN ('agent:acked', 'agent:delivered')});
+my $open_before =
+  rows_of($node, where => q{recipient IN ('agent:open', 'agent:acking')});
 
 # Transactions open at the crash: a claim, an ack and an enqueue.
 my $claimer = $node->background_psql('postgres');
@@ -199,7 +194,7 @@ cmp_ok(
 	'no more producer rows than commits seen, plus one in flight each');
 
 # Settled rows are exactly as they were; nothing acked went back.
-is(rows_of(q{recipient IN ('agent:acked', 'agent:delivered')}),
+is(rows_of($node, where => q{recipient IN ('agent:acked', 'agent:delivered')}),
 	$settled,
 	'rows acked or claimed before the crash are unchanged, timestamps too');
 is($node->safe_psql('postgres',
@@ -207,7 +202,7 @@ is($node->safe_psql('postgres',
 	'5', 'no acked row reverted, and no uncommitted ack survived');
 
 # What the open transactions did is gone.
-is(rows_of(q{recipient IN ('agent:open', 'agent:acking')}),
+is(rows_of($node, where => q{recipient IN ('agent:open', 'agent:acking')}),
 	$open_before,
 	'claims and acks uncommitted at the crash left the rows as before them');
 is( $node->safe_psql(

@@ -21,30 +21,14 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use OutboxTest;
 
-my $node = PostgreSQL::Test::Cluster->new('main');
-$node->init;
-$node->append_conf('postgresql.conf', "restart_after_crash = on\n");
-$node->start;
-
-$node->safe_psql('postgres', 'CREATE EXTENSION delivery_outbox');
-
-sub states_of
-{
-	my ($recipient) = @_;
-	return $node->safe_psql(
-		'postgres', qq{
-SELECT string_agg(delivery_state || ':' || delivery_attempts, ',' ORDER BY id)
-FROM delivery_outbox WHERE recipient = '$recipient'});
-}
-
-sub rows_of
-{
-	my ($recipient) = @_;
-	return $node->safe_psql('postgres',
-		"SELECT o::text FROM delivery_outbox o WHERE recipient = '$recipient' ORDER BY id"
-	);
-}
+my $node = outbox_node(
+	'main',
+	conf => "restart_after_crash = on\n",
+	extension => ['postgres']);
 
 # A relay (background psql) that claims agent's rows in a transaction it
 # leaves open; returns the session and its backend pid.
@@ -80,7 +64,7 @@ SELECT count(*) FROM outbox_claim(10, '$round:committed');
 #
 # pg_terminate_backend
 #
-my $open_before = rows_of('term:open');
+my $open_before = rows_of($node, where => q{recipient = 'term:open'});
 my ($relay, $pid) = open_claim('term:open', 'delivered:2,delivered:2,delivered:2');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM outbox_claim(10, \'term:open\')'),
 	'0', 'another relay cannot claim them meanwhile');
@@ -93,9 +77,10 @@ ok( $node->poll_query_until(
 	'... and gone');
 $relay->quit;
 
-is(rows_of('term:open'), $open_before,
+is(rows_of($node, where => q{recipient = 'term:open'}), $open_before,
 	'terminated relay: its uncommitted claims left the rows exactly as before');
-is(states_of('term:open'), 'pending:1,pending:1,pending:1',
+is(states_of($node, q{recipient = 'term:open'}),
+	'pending:1,pending:1,pending:1',
 	'... pending, attempts unchanged');
 is( $node->safe_psql(
 		'postgres', q{
@@ -107,8 +92,8 @@ FROM outbox_claim(10, 'term:open')}),
 #
 # SIGKILL of a relay backend: the postmaster restarts every backend
 #
-$open_before = rows_of('kill:open');
-my $committed_before = rows_of('kill:committed');
+$open_before = rows_of($node, where => q{recipient = 'kill:open'});
+my $committed_before = rows_of($node, where => q{recipient = 'kill:committed'});
 ($relay, $pid) = open_claim('kill:open', 'delivered:2,delivered:2,delivered:2');
 # a bystander: a session with an open acking transaction, killed along
 my $bystander = $node->background_psql('postgres', on_error_stop => 0);
@@ -132,13 +117,14 @@ ok($node->poll_query_until('postgres', 'SELECT true'),
 $relay->quit;
 $bystander->quit;
 
-is(rows_of('kill:open'), $open_before,
+is(rows_of($node, where => q{recipient = 'kill:open'}), $open_before,
 	'killed relay: its uncommitted claims left the rows exactly as before');
-is(states_of('kill:open'), 'pending:1,pending:1,pending:1',
+is(states_of($node, q{recipient = 'kill:open'}),
+	'pending:1,pending:1,pending:1',
 	'... pending, attempts unchanged');
-is(rows_of('kill:committed'), $committed_before,
+is(rows_of($node, where => q{recipient = 'kill:committed'}), $committed_before,
 	'the bystander\'s uncommitted acks are gone; the committed claims stay');
-is(states_of('kill:committed'), 'delivered:1,delivered:1',
+is(states_of($node, q{recipient = 'kill:committed'}), 'delivered:1,delivered:1',
 	'... delivered, attempt 1');
 is( $node->safe_psql(
 		'postgres', q{
@@ -150,13 +136,14 @@ FROM outbox_claim(10, 'kill:open')}),
 #
 # Committed but never acked: reclaimable after the timeout, not before
 #
-is(states_of('term:committed'), 'delivered:1,delivered:1',
+is(states_of($node, q{recipient = 'term:committed'}), 'delivered:1,delivered:1',
 	'term:committed rows are delivered, unacked');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox_claim(10, 'term:committed')}),
 	'0', 'a delivered row is not claimable');
 is($node->safe_psql('postgres', q{SELECT outbox_reclaim('1 hour')}),
 	'0', 'before the timeout the sweeper leaves delivered rows alone');
-is(states_of('term:committed') . ' ' . states_of('kill:committed'),
+is( states_of($node, q{recipient = 'term:committed'}) . ' '
+	  . states_of($node, q{recipient = 'kill:committed'}),
 	'delivered:1,delivered:1 delivered:1,delivered:1',
 	'... still delivered');
 
@@ -171,7 +158,8 @@ WHERE recipient IN ('term:committed', 'kill:committed')}),
 # (The sweep may take the *:open rows claimed again above as well, if they
 # are that old by now; only the committed claims are asserted.)
 $node->safe_psql('postgres', q{SELECT outbox_reclaim('1 second')});
-is(states_of('term:committed') . ' ' . states_of('kill:committed'),
+is( states_of($node, q{recipient = 'term:committed'}) . ' '
+	  . states_of($node, q{recipient = 'kill:committed'}),
 	'pending:1,pending:1 pending:1,pending:1',
 	'after the timeout the sweeper makes them pending again, attempts kept');
 is( $node->safe_psql(

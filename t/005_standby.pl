@@ -19,11 +19,14 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use OutboxTest;
 
-my $primary = PostgreSQL::Test::Cluster->new('primary');
-$primary->init(allows_streaming => 1);
-$primary->start;
-$primary->safe_psql('postgres', 'CREATE EXTENSION delivery_outbox');
+my $primary = outbox_node(
+	'primary',
+	init => { allows_streaming => 1 },
+	extension => ['postgres']);
 
 # Rows committed before the base backup.
 $primary->safe_psql(
@@ -58,12 +61,11 @@ is( $open->query_safe(
 	'the primary holds agent:open\'s rows claimed in an open transaction');
 $primary->wait_for_catchup($standby);
 
-my $rows_sql = 'SELECT o::text FROM delivery_outbox o ORDER BY id';
 my $summary_sql = q{
 SELECT string_agg(id || ':' || recipient || ':' || delivery_state || ':'
                   || delivery_attempts, ',' ORDER BY id)
 FROM delivery_outbox};
-my $committed_rows = $primary->safe_psql('postgres', $rows_sql);
+my $committed_rows = rows_of($primary);
 my $expected_summary = '1:agent:a:pending:0,2:agent:a:pending:0,'
   . '3:agent:b:acked:1,4:agent:c:acked:1,5:agent:c:pending:1,'
   . '6:agent:c:pending:0,7:agent:c:pending:0,'
@@ -73,7 +75,7 @@ is($primary->safe_psql('postgres', $summary_sql),
 
 is($standby->safe_psql('postgres', 'SELECT pg_is_in_recovery()'),
 	't', 'the standby is in recovery');
-is($standby->safe_psql('postgres', $rows_sql),
+is(rows_of($standby),
 	$committed_rows, 'standby: every committed row, exactly as on the primary');
 
 # Every writing path fails with 25006 and a read-only message.
@@ -107,7 +109,7 @@ foreach my $w (@writes)
 		qr/ERROR:\s+25006: cannot execute \S+(?: \S+ \S+)? in a read-only transaction/,
 		"standby: $name raises 25006, read-only transaction");
 }
-is($standby->safe_psql('postgres', $rows_sql),
+is(rows_of($standby),
 	$committed_rows, 'standby: nothing changed');
 
 # Reading works on the standby.
@@ -133,7 +135,7 @@ is($standby->safe_psql('postgres', 'SELECT pg_is_in_recovery()'),
 $open->quit;
 $primary->stop;
 
-is($standby->safe_psql('postgres', $rows_sql),
+is(rows_of($standby),
 	$committed_rows,
 	'promoted: every committed row is there as committed; the primary\'s open claims are not');
 is($standby->safe_psql('postgres', $summary_sql),

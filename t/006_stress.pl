@@ -36,21 +36,22 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use OutboxTest;
 
 my $duration = 6;    # seconds of pgbench
 
-my $node = PostgreSQL::Test::Cluster->new('main');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', qq{
+my $node = outbox_node(
+	'main',
+	conf => qq{
 log_statement = none
 max_connections = 30
-});
-$node->start;
+},
+	extension => ['postgres']);
 
 $node->safe_psql(
 	'postgres', q{
-CREATE EXTENSION delivery_outbox;
 CREATE TABLE stress_enqueued (id bigint PRIMARY KEY);
 CREATE TABLE stress_rolled_back (id bigint PRIMARY KEY);
 CREATE TABLE stress_claims (id bigint NOT NULL, attempts integer NOT NULL);

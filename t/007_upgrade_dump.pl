@@ -25,10 +25,11 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use OutboxTest;
 
-my $node = PostgreSQL::Test::Cluster->new('main');
-$node->init;
-$node->start;
+my $node = outbox_node('main');
 
 my $tempdir = PostgreSQL::Test::Utils::tempdir;
 

@@ -23,39 +23,20 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use OutboxTest;
 
 my $clients = 4;
 my $per_client = 25;
 
-my $node = PostgreSQL::Test::Cluster->new('main');
-$node->init;
-$node->append_conf('postgresql.conf', "log_statement = none\n");
-$node->start;
+my $node = outbox_node(
+	'main',
+	conf => "log_statement = none\n",
+	extension => ['postgres']);
 
-$node->safe_psql(
-	'postgres', q{
-CREATE EXTENSION delivery_outbox;
-CREATE TABLE committed_ids (id bigint PRIMARY KEY);
-});
-
-# The notifications on the outbox channel a background psql has printed
-# since the last call.
-sub heard
-{
-	my ($session) = @_;
-	my $out = $session->query_safe('SELECT 1');
-	my @ids = $out =~
-	  /^Asynchronous notification "delivery_outbox" with payload "([^"]*)" received from server process with PID \d+\.$/mg;
-	return join(',', @ids);
-}
-
-# "skipping wake-ups" lines in the log after $offset, optionally of one pid.
-sub skip_lines
-{
-	my ($offset, $pid) = @_;
-	my $re = defined $pid ? qr/\[$pid\].*skipping wake-ups/ : qr/skipping wake-ups/;
-	return scalar grep { /$re/ } split /\n/, slurp_file($node->logfile, $offset);
-}
+$node->safe_psql('postgres',
+	'CREATE TABLE committed_ids (id bigint PRIMARY KEY)');
 
 sub usage
 {
@@ -68,14 +49,12 @@ my $filler = q{SELECT count(pg_notify('filler', g || repeat('x', 1000)))
 
 # A relay that consumes its notifications, and a producer backend that lives
 # through the whole test.
-my $relay = $node->background_psql('postgres');
-$relay->query_safe('LISTEN delivery_outbox');
+my $relay = listener($node);
 my $producer = $node->background_psql('postgres');
 my $producer_pid = $producer->query_safe('SELECT pg_backend_pid()');
 
 # The stuck listener.
-my $stuck = $node->background_psql('postgres');
-$stuck->query_safe('LISTEN delivery_outbox');
+my $stuck = listener($node);
 $stuck->query_safe('BEGIN');
 $stuck->query_safe('SELECT 1');
 $node->safe_psql('postgres', $filler);
@@ -137,15 +116,16 @@ is( $node->safe_psql(
 		q{SELECT count(*) FROM delivery_outbox WHERE delivery_state <> 'pending'}),
 	'0',
 	'... all pending');
-is(skip_lines($offset), $clients + 1,
+is(skip_lines($node, $offset), $clients + 1,
 	"one log line per producer backend ($clients pgbench clients and one more)");
-is(skip_lines($offset, $producer_pid), 1,
+is(skip_lines($node, $offset, $producer_pid), 1,
 	'the long-lived producer logged its skip once');
-is(heard($relay), '', 'no wake-up went out for the skipped rows');
+is(heard_payloads($relay), '', 'no wake-up went out for the skipped rows');
 
 # The stuck listener ends its transaction: the skipped wake-ups never come.
 $stuck->query_safe('COMMIT');
-is(heard($stuck), '', 'the formerly stuck listener hears none of them either');
+is(heard_payloads($stuck), '',
+	'the formerly stuck listener hears none of them either');
 
 #
 # The queue drains below the limit: the same backend wakes relays again
@@ -160,9 +140,9 @@ FROM (SELECT count(pg_notify('filler', g || repeat('x', 2000)))
 $offset = -s $node->logfile;
 my $woken_id = $producer->query_safe(
 	q{SELECT outbox_enqueue('agent:p', 'work', '\x03')});
-is(heard($relay), $woken_id,
+is(heard_payloads($relay), $woken_id,
 	'below the limit again, the producer that skipped wakes relays');
-is(skip_lines($offset), 0, '... and logs nothing');
+is(skip_lines($node, $offset), 0, '... and logs nothing');
 
 $stuck->query_safe('BEGIN');
 $stuck->query_safe('SELECT 1');
@@ -171,8 +151,8 @@ cmp_ok(usage(), '>=', $limit, 'the listener is stuck again, above the limit');
 my $skipped_again = $producer->query_safe(
 	q{SELECT outbox_enqueue('agent:p', 'work', '\x04')});
 $producer->query_safe(q{SELECT outbox_enqueue('agent:p', 'work', '\x05')});
-is(heard($relay), '', 'skipped again');
-is(skip_lines($offset, $producer_pid), 1,
+is(heard_payloads($relay), '', 'skipped again');
+is(skip_lines($node, $offset, $producer_pid), 1,
 	'and the skip is logged once more, once');
 $stuck->query_safe('COMMIT');
 

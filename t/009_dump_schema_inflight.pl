@@ -23,14 +23,14 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use OutboxTest;
 
-my $node = PostgreSQL::Test::Cluster->new('main');
-$node->init;
-$node->start;
+my $node = outbox_node('main', databases => ['src']);
 
 my $tempdir = PostgreSQL::Test::Utils::tempdir;
 
-$node->safe_psql('postgres', 'CREATE DATABASE src');
 $node->safe_psql(
 	'src', q{
 CREATE SCHEMA outbox;
@@ -46,8 +46,7 @@ SELECT outbox_ack(3);
 SELECT outbox_release(ARRAY(SELECT id FROM outbox_claim(10, 'agent:a')));
 });
 
-my $rows_sql = 'SELECT o::text FROM outbox.delivery_outbox o ORDER BY id';
-my $committed = $node->safe_psql('src', $rows_sql);
+my $committed = rows_of($node, db => 'src', table => 'outbox.delivery_outbox');
 
 # Open transactions while pg_dump runs: a relay's claims, a producer's
 # enqueue.
@@ -78,7 +77,7 @@ $node->command_checks_all(
 	[ 'pg_restore', '--exit-on-error', '-d', 'restored', $dump ],
 	0, [qr/^$/], [qr/^$/], 'the dump restores without errors');
 
-is($node->safe_psql('restored', $rows_sql),
+is(rows_of($node, db => 'restored', table => 'outbox.delivery_outbox'),
 	$committed,
 	'restored: exactly the rows committed when the dump started, in schema outbox');
 is( $node->safe_psql(

@@ -38,83 +38,29 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
+use FindBin;
+use lib $FindBin::RealBin;
+use OutboxTest;
 
-my $node = PostgreSQL::Test::Cluster->new('main');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
-shared_preload_libraries = 'delivery_outbox'
+my $node = outbox_node(
+	'main',
+	preload => 1,
+	conf => q{
 delivery_outbox.database = 'postgres'
 delivery_outbox.sweep_interval = '1h'
 delivery_outbox.reclaim_after = 1
 restart_after_crash = on
 });
-$node->start;
-
-my $worker_sql = q{
-SELECT pid FROM pg_stat_activity
- WHERE backend_type = 'delivery_outbox sweeper' AND datname = 'postgres'};
-
-sub worker_pid
-{
-	return $node->safe_psql('postgres', $worker_sql);
-}
-
-# Poll until a worker other than $old_pid serves "postgres"; its pid.
-sub wait_for_worker
-{
-	my ($old_pid) = @_;
-	$old_pid = 0 unless defined $old_pid;
-	$node->poll_query_until('postgres',
-		"SELECT count(*) = 1 FROM ($worker_sql) w WHERE pid <> $old_pid")
-	  or die "no delivery_outbox worker other than $old_pid";
-	return worker_pid();
-}
 
 # The table's qualified name, which changes when the extension is
 # re-created in another schema.
 my $table = 'delivery_outbox';
 
-sub states
-{
-	my ($where) = @_;
-	return $node->safe_psql(
-		'postgres', qq{
-SELECT string_agg(delivery_state || '/' || delivery_attempts, ',' ORDER BY id)
-  FROM $table WHERE $where});
-}
-
-# A relay: a background psql LISTENing on the default channel.  wakeups()
-# returns what it received since the last call as "id\@pid" strings.
+# A relay: a background psql LISTENing on the default channel, once the
+# extension is there.  heard($relay) returns what it received since the
+# last call as "id\@pid" strings; wait_heard($relay, $n, 100_000) polls it
+# every 100 ms until it has $n of them.
 my $relay;
-
-sub wakeups
-{
-	my $out = $relay->query_safe('SELECT 1');
-	my @got;
-	while ($out =~
-		/^Asynchronous notification "delivery_outbox" with payload "([^"]*)" received from server process with PID (\d+)\.$/mg
-	  )
-	{
-		push @got, "$1\@$2";
-	}
-	return @got;
-}
-
-# Poll the relay until it has received $n notifications (or a timeout);
-# all of them, as "id@pid".
-sub wait_for_wakeups
-{
-	my ($n) = @_;
-	my @got;
-	my $deadline = time + $PostgreSQL::Test::Utils::timeout_default;
-	while (@got < $n && time < $deadline)
-	{
-		push @got, wakeups();
-		usleep(100_000) if @got < $n;
-	}
-	return @got;
-}
 
 # Run $query (two columns: rows seen moved too early, rows not moved yet)
 # every 50 ms until no row is left to move; returns the sum of the early
@@ -140,7 +86,7 @@ sub watch_until_moved
 #
 # The worker starts, shows itself, and waits for the extension.
 #
-my $pid = wait_for_worker();
+my $pid = wait_for_worker($node);
 like($pid, qr/^\d+$/, 'one worker serves database postgres');
 is( $node->safe_psql(
 		'postgres',
@@ -168,8 +114,7 @@ is( $node->safe_psql(
 	'the settings the worker runs with');
 
 $node->safe_psql('postgres', 'CREATE EXTENSION delivery_outbox');
-$relay = $node->background_psql('postgres');
-$relay->query_safe('LISTEN delivery_outbox');
+$relay = listener($node);
 
 # One line per recipient and state: recipient:state:count.
 sub census
@@ -192,7 +137,7 @@ SELECT outbox_enqueue('agent:a', 'work', '\x01');
 SELECT outbox_enqueue('agent:b', 'work', '\x02');
 SELECT count(*) FROM outbox_claim(10);
 });
-is(scalar(wait_for_wakeups(2)), 2, 'relay heard the two enqueues');
+is(scalar(wait_heard($relay, 2, 100_000)), 2, 'relay heard the two enqueues');
 $node->safe_psql(
 	'postgres', q{
 SET delivery_outbox.notify = off;
@@ -216,7 +161,7 @@ is(census(),
 	"agent:a:delivered:1\nagent:b:delivered:1\n"
 	  . "bulk:acked:acked:10050\nbulk:delivered:delivered:10050",
 	'at sweep_interval = 1h, rows older than reclaim_after stay delivered');
-is(join(',', wakeups()), '', 'and nobody is woken');
+is(join(',', heard($relay)), '', 'and nobody is woken');
 
 #
 # A reload (retain_acked 0, sweep_interval still 1h) makes the worker sweep
@@ -240,7 +185,11 @@ is(census(),
 	  . "bulk:acked:acked:50\nbulk:delivered:delivered:52\n"
 	  . "bulk:delivered:pending:9998",
 	'one pass: 10000 rows reclaimed (oldest delivery first), 10000 purged');
-is(states(q{recipient LIKE 'agent:%'}), 'pending/1,pending/1',
+is( states_of(
+		$node, q{recipient LIKE 'agent:%'},
+		sep => '/',
+		table => $table),
+	'pending/1,pending/1',
 	'reclaimed rows are pending, with the attempt they had');
 is( $node->safe_psql(
 		'postgres',
@@ -248,12 +197,12 @@ is( $node->safe_psql(
 		  FROM delivery_outbox WHERE recipient LIKE 'agent:%'}),
 	't',
 	'the trigger kept their bookkeeping');
-my @heard = wait_for_wakeups(10000);
+my @heard = wait_heard($relay, 10000, 100_000);
 is(scalar(@heard), 10000, 'the relay heard 10000 reclaimed ids');
 is(scalar(grep { !/\@$pid$/ } @heard), 0, 'all sent by the worker');
 is(join(',', grep { /^[12]\@/ } @heard), "1\@$pid,2\@$pid",
 	'rows 1 and 2 among them');
-is(worker_pid(), $pid, 'the same worker');
+is(worker_pid($node), $pid, 'the same worker');
 
 # Nothing more until the next reload: then the rest.
 $node->reload;
@@ -264,7 +213,8 @@ $node->poll_query_until('postgres',
 is(census(),
 	"agent:a:pending:1\nagent:b:pending:1\nbulk:delivered:pending:10050",
 	'the next sweep reclaimed and purged the rest');
-is(scalar(wait_for_wakeups(52)), 52, 'and the relay heard the 52 rows');
+is(scalar(wait_heard($relay, 52, 100_000)),
+	52, 'and the relay heard the 52 rows');
 $node->safe_psql('postgres',
 	q{DELETE FROM delivery_outbox WHERE recipient LIKE 'bulk:%'});
 
@@ -282,11 +232,7 @@ ALTER SYSTEM SET delivery_outbox.retain_acked = 1;
 $node->reload;
 # The sweep the reload triggers is over before the claim below, so what
 # reclaims the row later is a periodic sweep.
-$node->poll_query_until(
-	'postgres', qq{
-SELECT state = 'idle' AND query = 'delivery_outbox: sweep'
-       AND state_change > '$reload_ts'::timestamptz
-  FROM pg_stat_activity WHERE pid = $pid})
+wait_for_sweep($node, after => $reload_ts, pid => $pid)
   or die 'no sweep after the reload';
 is( $node->safe_psql(
 		'postgres',
@@ -301,8 +247,10 @@ is( watch_until_moved(
 		  FROM delivery_outbox WHERE id = 1}),
 	0,
 	'row 1 came back to pending by itself, not before reclaim_after');
-is(states('id = 1'), 'pending/2', 'row 1 is pending with two attempts');
-is(join(',', wait_for_wakeups(1)), "1\@$pid", 'and was notified by the worker');
+is(states_of($node, 'id = 1', sep => '/', table => $table),
+	'pending/2', 'row 1 is pending with two attempts');
+is(join(',', wait_heard($relay, 1, 100_000)),
+	"1\@$pid", 'and was notified by the worker');
 
 #
 # retain_acked = 1 s: acked rows older than it disappear, not before; rows
@@ -336,12 +284,16 @@ is( $node->safe_psql(
 		  FROM delivery_outbox WHERE recipient = 'agent:c'}),
 	'05,06',
 	'the rows in other states stay');
-is(states(q{recipient IN ('agent:a', 'agent:b')}), 'pending/2,pending/1',
+is( states_of(
+		$node, q{recipient IN ('agent:a', 'agent:b')},
+		sep => '/',
+		table => $table),
+	'pending/2,pending/1',
 	'so do the older pending rows');
 $node->poll_query_until('postgres',
 	q{SELECT count(*) = 0 FROM delivery_outbox WHERE delivery_state = 'delivered'})
   or die 'row 5 not reclaimed';
-wait_for_wakeups(1);
+wait_heard($relay, 1, 100_000);
 $node->safe_psql('postgres', 'ALTER SYSTEM SET delivery_outbox.retain_acked = -1');
 $node->reload;
 
@@ -386,7 +338,7 @@ $node->poll_query_until('postgres',
 pass('once the lock is released the row is reclaimed');
 $locker->quit;
 # 2 enqueues, 2 reclaims, 1 enqueue
-is(scalar(wait_for_wakeups(5)), 5, 'the relay heard all of it');
+is(scalar(wait_heard($relay, 5, 100_000)), 5, 'the relay heard all of it');
 $node->safe_psql('postgres',
 	q{DELETE FROM delivery_outbox WHERE recipient = 'agent:l'});
 
@@ -394,11 +346,11 @@ $node->safe_psql('postgres',
 # pg_terminate_backend of the worker: a new one within seconds (restart
 # time 5 s), and it sweeps.
 #
-is(worker_pid(), $pid, 'still the first worker');
+is(worker_pid($node), $pid, 'still the first worker');
 my $t0 = time;
 is($node->safe_psql('postgres', "SELECT pg_terminate_backend($pid)"),
 	't', 'worker terminated');
-my $new_pid = wait_for_worker($pid);
+my $new_pid = wait_for_worker($node, 'postgres', $pid);
 my $elapsed = time - $t0;
 isnt($new_pid, $pid, 'a new worker serves postgres');
 cmp_ok($elapsed, '<', 20,
@@ -413,7 +365,7 @@ $node->poll_query_until('postgres',
 	q{SELECT delivery_state = 'pending' FROM delivery_outbox WHERE id = 2})
   or die 'the new worker did not reclaim';
 pass('the new worker reclaims');
-is(join(',', wait_for_wakeups(1)), "2\@$new_pid",
+is(join(',', wait_heard($relay, 1, 100_000)), "2\@$new_pid",
 	'and notifies, from its own pid');
 $pid = $new_pid;
 
@@ -436,10 +388,10 @@ my $log = slurp_file($node->logfile, $log_offset);
 is(scalar(() = $log =~ /$waiting_re/g), 1, 'and says so once');
 unlike($log, qr/background worker "delivery_outbox sweeper[^"]*" \(PID \d+\) (?:exited|was terminated)/,
 	'it did not exit');
-is(worker_pid(), $pid, 'the same worker is alive');
+is(worker_pid($node), $pid, 'the same worker is alive');
 is($node->safe_psql('postgres', 'SELECT 1'), '1', 'the server is healthy');
 # (should the worker have failed, go on with its successor)
-$pid = wait_for_worker(0);
+$pid = wait_for_worker($node);
 
 # Re-created in another schema: the worker finds the new table by OID.
 $node->safe_psql('postgres',
@@ -453,14 +405,15 @@ $node->safe_psql(
 SELECT outbox.outbox_enqueue('agent:d', 'work', '\x07');
 SELECT count(*) FROM outbox.outbox_claim(1);
 });
-like(join(',', wait_for_wakeups(1)), qr/^1\@\d+$/,
+like(join(',', wait_heard($relay, 1, 100_000)), qr/^1\@\d+$/,
 	'the enqueue into the new table is heard');
 $node->poll_query_until('postgres',
 	q{SELECT delivery_state = 'pending' FROM outbox.delivery_outbox WHERE id = 1})
   or die 'the worker did not sweep the re-created table';
 pass('the worker reclaims rows of the re-created table');
-is(join(',', wait_for_wakeups(1)), "1\@$pid", 'and notifies them');
-is(worker_pid(), $pid, 'still the same worker');
+is(join(',', wait_heard($relay, 1, 100_000)),
+	"1\@$pid", 'and notifies them');
+is(worker_pid($node), $pid, 'still the same worker');
 $log = slurp_file($node->logfile, $log_offset);
 is(scalar(() = $log =~ /$waiting_re/g), 1, 'one "waiting" line in all');
 is(scalar(() = $log =~ /$found_re/g),   1, 'one "found" line');
@@ -497,12 +450,12 @@ $log = slurp_file($node->logfile, $log_offset);
 unlike($log,
 	qr/background worker "delivery_outbox sweeper[^"]*" \(PID \d+\) (?:exited|was terminated)|ERROR:|FATAL:/,
 	'40 quick DROP/CREATE EXTENSION cycles: no worker error, no exit');
-is(worker_pid(), $pid, 'the same worker still sweeps');
+is(worker_pid($node), $pid, 'the same worker still sweeps');
 $node->safe_psql('postgres',
 	"ALTER SYSTEM SET delivery_outbox.sweep_interval = '200ms'");
 $node->reload;
 # (if the worker did exit above, go on with its successor)
-$pid = wait_for_worker(0);
+$pid = wait_for_worker($node);
 
 #
 # SIGKILL of the worker: the postmaster restarts the cluster, the worker
@@ -514,7 +467,7 @@ $node->wait_for_log(qr/all server processes terminated; reinitializing/,
 	$log_offset);
 $node->poll_query_until('postgres', 'SELECT 1', '1')
   or die 'server did not come back';
-$new_pid = wait_for_worker($pid);
+$new_pid = wait_for_worker($node, 'postgres', $pid);
 isnt($new_pid, $pid, 'after a crash restart a new worker serves postgres');
 $node->safe_psql(
 	'postgres', q{
@@ -526,7 +479,11 @@ $node->poll_query_until('postgres',
 	  WHERE recipient = 'agent:e'})
   or die 'the worker did not sweep after the crash restart';
 pass('and sweeps');
-is(states(q{recipient IN ('agent:d', 'agent:e')}), 'pending/1,pending/1',
+is( states_of(
+		$node, q{recipient IN ('agent:d', 'agent:e')},
+		sep => '/',
+		table => $table),
+	'pending/1,pending/1',
 	'rows survived the crash restart');
 
 #

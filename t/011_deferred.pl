@@ -36,79 +36,26 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
+use FindBin;
+use lib $FindBin::RealBin;
+use OutboxTest;
 
-my $node = PostgreSQL::Test::Cluster->new('main');
-$node->init;
-$node->start;
-$node->safe_psql('postgres', 'CREATE DATABASE db2; CREATE DATABASE db3');
-$node->append_conf(
-	'postgresql.conf', q{
-shared_preload_libraries = 'delivery_outbox'
+my $node = outbox_node(
+	'main',
+	preload => 1,
+	conf => q{
 delivery_outbox.database = 'postgres, db2'
 delivery_outbox.notify = deferred
 delivery_outbox.sweep_interval = '1h'
 delivery_outbox.reclaim_after = -1
 max_prepared_transactions = 2
-});
-$node->restart;
+},
+	databases => [ 'db2', 'db3' ],
+	extension => [ 'postgres', 'db2', 'db3' ]);
 
-for my $db ('postgres', 'db2', 'db3')
-{
-	$node->safe_psql($db, 'CREATE EXTENSION delivery_outbox');
-}
-
-sub worker_pid
-{
-	my ($db) = @_;
-	my $pid;
-	$node->poll_query_until(
-		'postgres', qq{
-SELECT count(*) = 1 FROM pg_stat_activity
- WHERE backend_type = 'delivery_outbox sweeper' AND datname = '$db'})
-	  or die "no worker for $db";
-	return $node->safe_psql(
-		'postgres', qq{
-SELECT pid FROM pg_stat_activity
- WHERE backend_type = 'delivery_outbox sweeper' AND datname = '$db'});
-}
-
-# A relay: background psql LISTENing in $db.  heard($relay) returns what it
-# received since the last call as "id\@pid" strings, in arrival order.
-sub relay
-{
-	my ($db) = @_;
-	my $r = $node->background_psql($db);
-	$r->query_safe('LISTEN delivery_outbox');
-	return $r;
-}
-
-sub heard
-{
-	my ($r) = @_;
-	my $out = $r->query_safe('SELECT 1');
-	my @got;
-	while ($out =~
-		/^Asynchronous notification "delivery_outbox" with payload "([^"]*)" received from server process with PID (\d+)\.$/mg
-	  )
-	{
-		push @got, "$1\@$2";
-	}
-	return @got;
-}
-
-# Poll $r until it has heard $n notifications; returns everything heard.
-sub wait_heard
-{
-	my ($r, $n) = @_;
-	my @got;
-	my $deadline = time + $PostgreSQL::Test::Utils::timeout_default;
-	while (@got < $n && time < $deadline)
-	{
-		push @got, heard($r);
-		usleep(50_000) if @got < $n;
-	}
-	return @got;
-}
+# A relay is a listener($node, $db); heard($relay) returns what it
+# received since the last call as "id\@pid" strings, in arrival order, and
+# wait_heard($relay, $n) polls until it has $n of them.
 
 # Enqueue a sentinel row in $db (deferred, autocommit), wait until $r has
 # heard it, and return everything $r heard up to and including it.  Once
@@ -143,8 +90,8 @@ sub ids_before_sentinel
 	return join(',', map { (split /\@/)[0] } @got);
 }
 
-my $pid = worker_pid('postgres');
-my $pid2 = worker_pid('db2');
+my $pid = wait_for_worker($node, 'postgres');
+my $pid2 = wait_for_worker($node, 'db2');
 isnt($pid, $pid2, 'one worker per served database');
 is( $node->safe_psql(
 		'postgres',
@@ -153,7 +100,7 @@ is( $node->safe_psql(
 	'2',
 	'two workers, none for db3');
 
-my $relay = relay('postgres');
+my $relay = listener($node, 'postgres');
 
 # A producer session kept open across steps.
 my $producer = $node->background_psql('postgres');
@@ -393,8 +340,8 @@ is(scalar(grep { !/\@$pid$/ } @got), 0, 'from the worker');
 #
 # Each served database has its own worker; db3 falls back to commit mode.
 #
-my $relay2 = relay('db2');
-my $relay3 = relay('db3');
+my $relay2 = listener($node, 'db2');
+my $relay3 = listener($node, 'db3');
 my $producer3 = $node->background_psql('db3');
 my $producer3_pid = $producer3->query_safe('SELECT pg_backend_pid()');
 is($producer3->query_safe('SHOW delivery_outbox.notify'),
@@ -439,7 +386,7 @@ SELECT count(*) FROM pg_stat_activity
  WHERE backend_type = 'delivery_outbox sweeper' AND datname = 'postgres';
 });
 is($workers, '0', 'committed while no worker ran');
-my $new_pid = worker_pid('postgres');
+my $new_pid = wait_for_worker($node, 'postgres');
 isnt($new_pid, $pid, 'a new worker');
 is(join(',', wait_heard($relay, 1)), "$down_id\@$new_pid",
 	'the id handed over meanwhile is sent by the new worker');
@@ -470,15 +417,12 @@ $node->append_conf('postgresql.conf', "delivery_outbox.handover_size = 1024\n");
 $node->restart;
 is($node->safe_psql('postgres', 'SHOW delivery_outbox.handover_size'),
 	'1024', 'handover_size is 1024');
-$pid = worker_pid('postgres');
+$pid = wait_for_worker($node, 'postgres');
 # The worker has done its first sweep and sleeps (sweep_interval = 1h): it
 # only wakes when a producer hands ids over.
-$node->poll_query_until(
-	'postgres', qq{
-SELECT state = 'idle' AND query = 'delivery_outbox: sweep'
-  FROM pg_stat_activity WHERE pid = $pid})
+wait_for_sweep($node, pid => $pid)
   or die 'the worker did not finish its first sweep';
-$relay = relay('postgres');
+$relay = listener($node, 'postgres');
 my ($ret, $stdout, $stderr) = $node->psql(
 	'postgres', q{
 BEGIN;

@@ -35,27 +35,23 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
+use FindBin;
+use lib $FindBin::RealBin;
+use OutboxTest;
 
-my $node = PostgreSQL::Test::Cluster->new('main');
-$node->init;
-$node->start;
-$node->safe_psql('postgres', 'CREATE DATABASE other');
-$node->append_conf(
-	'postgresql.conf', q{
-shared_preload_libraries = 'delivery_outbox'
+my $node = outbox_node(
+	'main',
+	preload => 1,
+	conf => q{
 delivery_outbox.database = 'postgres'
 delivery_outbox.sweep_interval = '1h'
 delivery_outbox.reclaim_after = -1
 delivery_outbox.retain_acked = -1
 max_prepared_transactions = 2
-});
-$node->restart;
-$node->safe_psql('postgres', 'CREATE EXTENSION delivery_outbox');
-$node->safe_psql('other',    'CREATE EXTENSION delivery_outbox');
-$node->poll_query_until('postgres',
-	q{SELECT count(*) = 1 FROM pg_stat_activity
-	  WHERE backend_type = 'delivery_outbox sweeper'})
-  or die 'no worker';
+},
+	databases => ['other'],
+	extension => [ 'postgres', 'other' ]);
+wait_for_worker($node);
 
 ###########################################################################
 # outbox_wait
@@ -276,19 +272,6 @@ SELECT count(*) FILTER (WHERE delivery_state = 'pending') || '/'
        || count(*) FILTER (WHERE delivery_state = 'delivered')
   FROM delivery_outbox}),
 		$name);
-}
-
-# Wait until the worker has finished a sweep that started after $ts.
-sub wait_for_sweep
-{
-	my ($ts) = @_;
-	$node->poll_query_until(
-		'postgres', qq{
-SELECT state = 'idle' AND query = 'delivery_outbox: sweep'
-       AND state_change > '$ts'::timestamptz
-  FROM pg_stat_activity WHERE backend_type = 'delivery_outbox sweeper'})
-	  or die 'no sweep';
-	return;
 }
 
 # Start from an empty table.  Rows are named by their payloads (one byte
@@ -518,7 +501,7 @@ SELECT pg_reload_conf();
 });
 # 3 delivered rows (2 of agent:i, the restored 1001) are reclaimed, the 2
 # acked rows (1002 and agent:g's) purged, in one sweep.
-wait_for_sweep($sweep_ts);
+wait_for_sweep($node, after => $sweep_ts) or die 'no sweep';
 is( $node->safe_psql(
 		'postgres', q{
 SELECT count(*) FROM delivery_outbox WHERE delivery_state <> 'pending'}),
@@ -549,7 +532,7 @@ ALTER SYSTEM SET delivery_outbox.reclaim_after = -1;
 ALTER SYSTEM SET delivery_outbox.retain_acked = -1;
 SELECT pg_reload_conf();
 });
-wait_for_sweep($sweep_ts);
+wait_for_sweep($node, after => $sweep_ts) or die 'no sweep';
 gauges_match('gauges after the next sweep');
 $c = activity();
 
@@ -587,10 +570,7 @@ $c = moved($c, {}, 'ROLLBACK PREPARED counts nothing');
 my $since = $node->safe_psql('postgres',
 	q{SELECT stats_since FROM delivery_outbox_activity WHERE datname = 'postgres'});
 $node->restart;
-$node->poll_query_until('postgres',
-	q{SELECT count(*) = 1 FROM pg_stat_activity
-	  WHERE backend_type = 'delivery_outbox sweeper'})
-  or die 'no worker after restart';
+wait_for_worker($node);
 my $r = activity();
 is( join(' ', map { "$_=$r->{$_}" } @counters[ 0 .. 8 ]),
 	join(' ', map { "$_=0" } @counters[ 0 .. 8 ]),
