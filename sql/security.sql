@@ -236,48 +236,78 @@ SELECT has_table_privilege('public', 'public.delivery_outbox',
          'USAGE, SELECT, UPDATE') AS sequence_priv;
 
 --
+-- The privilege probe.  privilege_calls names each call a role may be
+-- refused; pg_temp.probe(role, id, recipient, call...) runs the named calls,
+-- one by one, as that role (SET LOCAL ROLE) with $1 = id and $2 = recipient,
+-- in a subtransaction that is always rolled back, so that a probe changes
+-- nothing even should it be allowed.  One row per call: the SQLSTATE and
+-- message of the error, or "-" and "allowed".
+--
+CREATE TEMP TABLE privilege_calls (call text PRIMARY KEY, stmt text NOT NULL);
+INSERT INTO privilege_calls VALUES
+    ('outbox_enqueue',           $$SELECT outbox_enqueue($2, 'work', '\x01')$$),
+    ('outbox_claim',             $$SELECT * FROM outbox_claim()$$),
+    ('outbox_ack',               $$SELECT outbox_ack($1)$$),
+    ('outbox_ack(bigint[])',     $$SELECT outbox_ack(ARRAY[$1])$$),
+    ('outbox_release',           $$SELECT outbox_release(ARRAY[$1])$$),
+    ('outbox_reclaim',           $$SELECT outbox_reclaim()$$),
+    ('outbox_reclaim_recipient', $$SELECT outbox_reclaim_recipient($2)$$),
+    ('outbox_reassign',          $$SELECT outbox_reassign($2, $2 || '-other')$$),
+    ('outbox_replay',            $$SELECT * FROM outbox_replay($2)$$),
+    ('outbox_purge',             $$SELECT outbox_purge('0 seconds')$$),
+    ('outbox_stats',             $$SELECT * FROM outbox_stats()$$),
+    ('outbox_state_guard',       $$SELECT outbox_state_guard()$$),
+    ('SELECT id',                $$SELECT id FROM delivery_outbox$$),
+    ('SELECT payload',           $$SELECT payload FROM delivery_outbox$$),
+    ('SELECT *',                 $$SELECT * FROM delivery_outbox$$),
+    ('INSERT',                   $$INSERT INTO delivery_outbox (recipient, kind, payload)
+                                   VALUES ($2, 'work', '\x01')$$),
+    ('UPDATE',                   $$UPDATE delivery_outbox SET delivery_state = 'delivered'$$),
+    ('DELETE',                   $$DELETE FROM delivery_outbox$$),
+    ('TRUNCATE',                 $$TRUNCATE delivery_outbox$$),
+    ('nextval',                  $$SELECT nextval('delivery_outbox_id_seq')$$);
+
+CREATE FUNCTION pg_temp.probe(role name, id bigint, recipient text,
+                              VARIADIC calls text[])
+RETURNS TABLE (call text, code text, message text)
+LANGUAGE plpgsql AS $f$
+DECLARE
+    stmt text;
+    allowed boolean;
+BEGIN
+    FOREACH call IN ARRAY calls LOOP
+        SELECT p.stmt INTO STRICT stmt
+          FROM pg_temp.privilege_calls p WHERE p.call = probe.call;
+        allowed := false;
+        BEGIN
+            EXECUTE format('SET LOCAL ROLE %I', role);
+            EXECUTE stmt USING id, recipient;
+            allowed := true;
+            RAISE EXCEPTION 'roll back what the call did';
+        EXCEPTION WHEN OTHERS THEN
+            IF allowed THEN
+                code := '-';
+                message := 'allowed';
+            ELSE
+                code := SQLSTATE;
+                message := SQLERRM;
+            END IF;
+        END;
+        RETURN NEXT;
+    END LOOP;
+END
+$f$;
+
+--
 -- A role with no grants gets 42501 from every function and from the table
 --
 CREATE ROLE regress_outbox_nobody;
-SET ROLE regress_outbox_nobody;
-SELECT outbox_enqueue('agent:x', 'work', '\x01');
-\echo :SQLSTATE
-SELECT * FROM outbox_claim();
-\echo :SQLSTATE
-SELECT outbox_ack(1);
-\echo :SQLSTATE
-SELECT outbox_ack('{1}'::bigint[]);
-\echo :SQLSTATE
-SELECT outbox_release('{1}'::bigint[]);
-\echo :SQLSTATE
-SELECT outbox_reclaim();
-\echo :SQLSTATE
-SELECT outbox_reclaim_recipient('agent:x');
-\echo :SQLSTATE
-SELECT outbox_reassign('agent:x', 'agent:y');
-\echo :SQLSTATE
-SELECT * FROM outbox_replay('agent:x');
-\echo :SQLSTATE
-SELECT outbox_purge('0 seconds');
-\echo :SQLSTATE
-SELECT * FROM outbox_stats();
-\echo :SQLSTATE
-SELECT outbox_state_guard();
-\echo :SQLSTATE
-SELECT id FROM delivery_outbox;
-\echo :SQLSTATE
-INSERT INTO delivery_outbox (recipient, kind, payload)
-VALUES ('agent:x', 'work', '\x01');
-\echo :SQLSTATE
-UPDATE delivery_outbox SET delivery_state = 'delivered';
-\echo :SQLSTATE
-DELETE FROM delivery_outbox;
-\echo :SQLSTATE
-TRUNCATE delivery_outbox;
-\echo :SQLSTATE
-SELECT nextval('delivery_outbox_id_seq');
-\echo :SQLSTATE
-RESET ROLE;
+SELECT * FROM pg_temp.probe('regress_outbox_nobody', 1, 'agent:x',
+    'outbox_enqueue', 'outbox_claim', 'outbox_ack', 'outbox_ack(bigint[])',
+    'outbox_release', 'outbox_reclaim', 'outbox_reclaim_recipient',
+    'outbox_reassign', 'outbox_replay', 'outbox_purge', 'outbox_stats',
+    'outbox_state_guard', 'SELECT id', 'INSERT', 'UPDATE', 'DELETE',
+    'TRUNCATE', 'nextval');
 
 --
 -- The README's roles
@@ -309,38 +339,14 @@ SELECT outbox_enqueue('agent:r1', 'work', '\x21') AS r1 \gset
 SELECT outbox_enqueue('agent:r1', 'work', '\x22', 't1') AS r2 \gset
 COMMIT;
 SELECT :r2 - :r1 AS ids_apart;
-SELECT * FROM outbox_claim();
-\echo :SQLSTATE
-SELECT outbox_ack(:r1);
-\echo :SQLSTATE
-SELECT outbox_ack(ARRAY[:r1]::bigint[]);
-\echo :SQLSTATE
-SELECT outbox_release(ARRAY[:r1]::bigint[]);
-\echo :SQLSTATE
-SELECT outbox_reclaim();
-\echo :SQLSTATE
-SELECT outbox_reclaim_recipient('agent:r1');
-\echo :SQLSTATE
-SELECT outbox_reassign('agent:r1', 'agent:r2');
-\echo :SQLSTATE
-SELECT * FROM outbox_replay('agent:r1');
-\echo :SQLSTATE
-SELECT outbox_purge('0 seconds');
-\echo :SQLSTATE
-SELECT * FROM outbox_stats();
-\echo :SQLSTATE
-SELECT id FROM delivery_outbox;
-\echo :SQLSTATE
-INSERT INTO delivery_outbox (recipient, kind, payload)
-VALUES ('agent:r1', 'work', '\x01');
-\echo :SQLSTATE
-UPDATE delivery_outbox SET delivery_state = 'delivered';
-\echo :SQLSTATE
-DELETE FROM delivery_outbox;
-\echo :SQLSTATE
-TRUNCATE delivery_outbox;
-\echo :SQLSTATE
 RESET ROLE;
+-- (outbox_enqueue first: allowed, which shows the probe tells the two apart;
+-- rolled back, so agent:r1 still has two rows below)
+SELECT * FROM pg_temp.probe('regress_outbox_producer', :r1, 'agent:r1',
+    'outbox_enqueue', 'outbox_claim', 'outbox_ack', 'outbox_ack(bigint[])',
+    'outbox_release', 'outbox_reclaim', 'outbox_reclaim_recipient',
+    'outbox_reassign', 'outbox_replay', 'outbox_purge', 'outbox_stats',
+    'SELECT id', 'INSERT', 'UPDATE', 'DELETE', 'TRUNCATE');
 SELECT id - :r1 AS n, recipient, tenant_id, delivery_state FROM delivery_outbox
  WHERE recipient = 'agent:r1' ORDER BY id;
 
@@ -357,26 +363,10 @@ SELECT outbox_reclaim_recipient('agent:r1', 't1');
 SELECT id - :r1 AS n, delivery_state, delivery_attempts
   FROM outbox_replay('agent:r1');
 SELECT outbox_ack(ARRAY[:r2]::bigint[], 'agent:r1');
-SELECT outbox_enqueue('agent:r1', 'work', '\x23');
-\echo :SQLSTATE
-SELECT outbox_reassign('agent:r1', 'agent:r2');
-\echo :SQLSTATE
-SELECT outbox_purge('0 seconds');
-\echo :SQLSTATE
-SELECT * FROM outbox_stats();
-\echo :SQLSTATE
-SELECT id FROM delivery_outbox;
-\echo :SQLSTATE
-INSERT INTO delivery_outbox (recipient, kind, payload)
-VALUES ('agent:r1', 'work', '\x01');
-\echo :SQLSTATE
-UPDATE delivery_outbox SET delivery_state = 'pending';
-\echo :SQLSTATE
-DELETE FROM delivery_outbox;
-\echo :SQLSTATE
-TRUNCATE delivery_outbox;
-\echo :SQLSTATE
 RESET ROLE;
+SELECT * FROM pg_temp.probe('regress_outbox_relay', :r1, 'agent:r1',
+    'outbox_enqueue', 'outbox_reassign', 'outbox_purge', 'outbox_stats',
+    'SELECT id', 'INSERT', 'UPDATE', 'DELETE', 'TRUNCATE');
 
 -- monitor: outbox_stats and the table without its payload
 SET ROLE regress_outbox_monitor;
@@ -387,40 +377,12 @@ SELECT id - :r1 AS n, recipient, kind, tenant_id, delivery_state,
        acked_at IS NOT NULL AS has_acked_at
   FROM delivery_outbox WHERE recipient = 'agent:r1' ORDER BY id;
 SELECT count(*) = :rows_before + 2 AS sees_every_row FROM delivery_outbox;
-SELECT payload FROM delivery_outbox;
-\echo :SQLSTATE
-SELECT * FROM delivery_outbox;
-\echo :SQLSTATE
-SELECT outbox_enqueue('agent:r1', 'work', '\x24');
-\echo :SQLSTATE
-SELECT * FROM outbox_claim();
-\echo :SQLSTATE
-SELECT outbox_ack(:r1);
-\echo :SQLSTATE
-SELECT outbox_ack(ARRAY[:r1]::bigint[]);
-\echo :SQLSTATE
-SELECT outbox_release(ARRAY[:r1]::bigint[]);
-\echo :SQLSTATE
-SELECT outbox_reclaim();
-\echo :SQLSTATE
-SELECT outbox_reclaim_recipient('agent:r1');
-\echo :SQLSTATE
-SELECT outbox_reassign('agent:r1', 'agent:r2');
-\echo :SQLSTATE
-SELECT * FROM outbox_replay('agent:r1');
-\echo :SQLSTATE
-SELECT outbox_purge('0 seconds');
-\echo :SQLSTATE
-INSERT INTO delivery_outbox (recipient, kind, payload)
-VALUES ('agent:r1', 'work', '\x01');
-\echo :SQLSTATE
-UPDATE delivery_outbox SET delivery_state = 'pending';
-\echo :SQLSTATE
-DELETE FROM delivery_outbox;
-\echo :SQLSTATE
-TRUNCATE delivery_outbox;
-\echo :SQLSTATE
 RESET ROLE;
+SELECT * FROM pg_temp.probe('regress_outbox_monitor', :r1, 'agent:r1',
+    'SELECT payload', 'SELECT *', 'outbox_enqueue', 'outbox_claim',
+    'outbox_ack', 'outbox_ack(bigint[])', 'outbox_release', 'outbox_reclaim',
+    'outbox_reclaim_recipient', 'outbox_reassign', 'outbox_replay',
+    'outbox_purge', 'INSERT', 'UPDATE', 'DELETE', 'TRUNCATE');
 SELECT count(*) = :rows_before + 2 AS nothing_else_written FROM delivery_outbox;
 
 --
