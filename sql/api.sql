@@ -8,14 +8,7 @@ CREATE EXTENSION delivery_outbox;
 \set VERBOSITY default
 \set SHOW_CONTEXT never
 
--- The table as the tests look at it: bookkeeping timestamps as booleans.
-CREATE VIEW outbox_rows AS
-SELECT id, recipient, kind, tenant_id, payload, delivery_state,
-       delivery_attempts,
-       delivered_at IS NOT NULL AS has_delivered_at,
-       acked_at IS NOT NULL AS has_acked_at
-  FROM delivery_outbox
- ORDER BY id;
+\i sql/include/outbox_rows.sql
 
 --
 -- The table as SPEC describes it: columns, defaults, checks, indexes, the

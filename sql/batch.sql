@@ -12,12 +12,7 @@ CREATE EXTENSION delivery_outbox;
 \set VERBOSITY default
 \set SHOW_CONTEXT never
 
--- The table as the tests look at it.
-CREATE VIEW outbox_rows AS
-SELECT id, recipient, kind, tenant_id, encode(payload, 'hex') AS payload,
-       delivery_state, delivery_attempts
-  FROM delivery_outbox
- ORDER BY id;
+\i sql/include/outbox_rows.sql
 -- One line for the whole table: count, and id:state/attempts per row.
 CREATE VIEW outbox_digest AS
 SELECT count(*) AS n,

@@ -164,7 +164,7 @@ RETURNS TABLE (side text, kind text, item text) LANGUAGE sql AS $f$
 $f$;
 
 -- The rows as text, and whether the extension is at the default version.
-CREATE TEMP TABLE outbox_rows (label text, id bigint, row text);
+CREATE TEMP TABLE outbox_row_text (label text, id bigint, row text);
 CREATE FUNCTION pg_temp.outbox_at_default() RETURNS boolean
 LANGUAGE sql AS $f$
     SELECT e.extversion = a.default_version
@@ -210,7 +210,7 @@ SELECT id FROM outbox_claim(2, 'agent:b');
 SELECT outbox_ack(3);
 SELECT id FROM outbox_claim(1, 'agent:a');
 SELECT outbox_release(ARRAY[1]::bigint[]);
-INSERT INTO outbox_rows SELECT 'before', id, o::text FROM delivery_outbox o;
+INSERT INTO outbox_row_text SELECT 'before', id, o::text FROM delivery_outbox o;
 
 -- (the NOTICE when 1.0 is already the default would differ between versions)
 SET client_min_messages = warning;
@@ -223,17 +223,17 @@ SELECT pg_temp.outbox_snapshot('from 1.0') > 20 AS updated_captured;
 SELECT * FROM pg_temp.outbox_diff('fresh', 'from 1.0');
 
 -- the rows came through the update untouched
-INSERT INTO outbox_rows SELECT 'after', id, o::text FROM delivery_outbox o;
-SELECT count(*) AS rows_kept FROM outbox_rows WHERE label = 'before';
+INSERT INTO outbox_row_text SELECT 'after', id, o::text FROM delivery_outbox o;
+SELECT count(*) AS rows_kept FROM outbox_row_text WHERE label = 'before';
 SELECT b.id, b.row = a.row AS unchanged
-  FROM outbox_rows b FULL JOIN outbox_rows a
+  FROM outbox_row_text b FULL JOIN outbox_row_text a
     ON a.id = b.id AND a.label = 'after'
  WHERE b.label = 'before'
  ORDER BY b.id;
+\i sql/include/outbox_rows.sql
 SELECT id, recipient, tenant_id, delivery_state, delivery_attempts,
-       delivered_at IS NOT NULL AS has_delivered_at,
-       acked_at IS NOT NULL AS has_acked_at
-  FROM delivery_outbox ORDER BY id;
+       has_delivered_at, has_acked_at
+  FROM outbox_rows;
 
 -- and keep moving through the state machine, which is still enforced
 \set VERBOSITY sqlstate
@@ -244,6 +244,7 @@ SELECT id, delivery_state, delivery_attempts FROM outbox_claim(10);
 SELECT outbox_ack(ARRAY[1, 2, 4]::bigint[]);
 SELECT outbox_enqueue('agent:c', 'work', '\x05');
 SELECT pending, delivered, acked FROM outbox_stats();
+DROP VIEW outbox_rows;
 DROP EXTENSION delivery_outbox;
 
 --
