@@ -82,6 +82,7 @@ char	   *outbox_channel = NULL;
 int			outbox_max_payload_size = 1024 * 1024;
 double		outbox_notify_queue_limit = 0.5;
 int			outbox_notify_mode = OUTBOX_NOTIFY_COMMIT;
+bool		outbox_direct_insert = true;
 char	   *outbox_database_names = NULL;
 int			outbox_sweep_interval = 30000;
 int			outbox_reclaim_after = 60;
@@ -139,6 +140,15 @@ _PG_init(void)
 							 &outbox_notify_mode,
 							 OUTBOX_NOTIFY_COMMIT,
 							 outbox_notify_options,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomBoolVariable(OUTBOX_GUC_PREFIX ".direct_insert",
+							 "Lets outbox_enqueue insert its row without an INSERT statement.",
+							 "off: outbox_enqueue runs a plain INSERT through SPI.  Either way the row, its triggers and its errors are the same; the direct path is also skipped whenever another module hooks the parser, planner or executor.",
+							 &outbox_direct_insert,
+							 true,
 							 PGC_SUSET,
 							 0,
 							 NULL, NULL, NULL);

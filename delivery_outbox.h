@@ -40,6 +40,7 @@ extern char *outbox_channel;
 extern int	outbox_max_payload_size;
 extern double outbox_notify_queue_limit;
 extern int	outbox_notify_mode;
+extern bool outbox_direct_insert;
 
 /* settings of the background worker */
 extern char *outbox_database_names;

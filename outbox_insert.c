@@ -4,10 +4,24 @@
  *		outbox_enqueue's insert without SQL.
  *
  * outbox_enqueue inserts its row through the executor's row-level calls
- * (the steps of ExecSimpleRelationInsert) instead of planning and running
- * an INSERT statement; the triggers, constraints and indexes apply exactly
- * as for the statement.  Where the table needs what only a real INSERT does,
- * the caller runs the SQL statement instead.
+ * (the steps of ExecSimpleRelationInsert, with which logical replication
+ * applies rows) instead of parsing, planning and running an INSERT
+ * statement; triggers, constraints and indexes apply exactly as for the
+ * statement.  What a plain INSERT re-derives from the catalogs for every
+ * statement (column defaults, CHECK constraints, partial-index predicates)
+ * is kept here as *planned* expression trees, invalidated like a cached
+ * plan; the executor state is built from them for each row, in that row's
+ * EState, as a plain INSERT builds it (and as the type cache keeps a
+ * domain's constraint trees and leaves their states to each query).
+ *
+ * The direct path is taken only where it cannot differ from the statement:
+ * delivery_outbox.direct_insert is on, no other loaded module hooks the
+ * parser, planner or executor (pg_stat_statements, pgaudit, Citus and the
+ * like must see, or route, every insert), the table is a plain heap table
+ * that is not a partition, and it has no rules, row security, statement or
+ * INSTEAD OF triggers, transition tables or domain-typed columns.
+ * Otherwise outbox_insert_row() returns false and the caller runs the SQL
+ * statement.
  *
  * Copyright (c) 2026, delivery_outbox developers
  *
@@ -20,15 +34,17 @@
 
 #include "access/genam.h"
 #include "access/table.h"
+#include "catalog/pg_am.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
-#include "executor/execExpr.h"
 #include "executor/executor.h"
 #include "executor/nodeModifyTable.h"
 #include "miscadmin.h"
 #include "nodes/plannodes.h"
 #include "optimizer/optimizer.h"
+#include "optimizer/planner.h"
+#include "parser/analyze.h"
 #include "rewrite/rewriteHandler.h"
 #include "tcop/utility.h"
 #include "utils/acl.h"
@@ -43,49 +59,38 @@
 #include "outbox_trigger.h"
 
 /*
- * outbox_enqueue's direct insert is built and tested on PostgreSQL 15 and
- * uses executor calls that are the same from 14 to 17; elsewhere the
- * function runs its INSERT through SPI.
- */
-#define OUTBOX_DIRECT_INSERT \
-	(PG_VERSION_NUM >= 140000 && PG_VERSION_NUM < 180000)
-
-/*
- * What outbox_enqueue's direct insert (outbox_insert_row) prepares once per
- * backend instead of once per row: the table's column defaults, CHECK
- * constraints and partial-index predicates, as expression states built from
- * the relcache entry.  Kept until the table's relcache entry, or a function
- * or type they use, is invalidated.
+ * The planned expressions of one table, built once per backend: defaults,
+ * CHECK constraints and partial-index predicates, after expression_planner
+ * (as ExecPrepareExpr would plan them), with the functions and types they
+ * depend on.  Nothing executable is kept: states are built per row.
  */
 typedef struct OutboxInsertCache
 {
 	MemoryContext cxt;			/* holds everything below; NULL if never built */
 	Oid			relid;			/* the table it was built for */
-	Oid			userid;			/* whose privileges the states were built with */
+	Oid			userid;			/* the user it was planned as */
 	uint64		generation;		/* outbox_insert_generation when built */
 	bool		direct;			/* false: the table needs a real INSERT */
-	int			in_use;			/* inserts running on these states */
+	int			in_use;			/* inserts running on states built from it */
 	List	   *inval_items;	/* PlanInvalItems: functions and types used */
-	ExprState **defaults;		/* per attribute, NULL: no default (NULL) */
+	Expr	  **defaults;		/* per attribute, NULL: no default (NULL) */
 	int			ncheck;
-	ExprState **checks;			/* in the order of constr->check */
+	Expr	  **checks;			/* in the order of constr->check */
 	int			npreds;
 	Oid		   *pred_index;		/* partial indexes, and their predicates */
-	ExprState **preds;
+	List	  **preds;			/* implicit-AND lists, for ExecInitQual */
 } OutboxInsertCache;
 
-#if OUTBOX_DIRECT_INSERT
+static bool outbox_insert_intercepted(void);
 static OutboxInsertCache *outbox_insert_prepare(Relation rel);
-static bool outbox_reusable_state(ExprState *state);
+static bool outbox_insert_plain_table(Relation rel);
 static Expr *outbox_plan_expr(Expr *expr);
-#endif
-
 
 /*
- * outbox_enqueue's prepared expressions, see OutboxInsertCache, and a
- * counter of the invalidations that concern them (the table, a function or
- * type they use): they are valid while it has not moved since they were
- * built, so one arriving during the build is not lost either.
+ * The cache, and a counter of the invalidations that concern it (the table,
+ * a function or type its expressions use): it is valid while the counter
+ * has not moved since it was built, so one arriving during the build is not
+ * lost either.
  */
 static OutboxInsertCache outbox_insert_cache;
 static uint64 outbox_insert_generation = 1;
@@ -95,26 +100,20 @@ static uint64 outbox_insert_generation = 1;
  *
  * outbox_enqueue's insert without SQL: values/nulls are recipient, kind,
  * payload and tenant_id.  The row goes through the executor's row-level
- * insert (the steps of ExecSimpleRelationInsert, which logical replication
- * applies rows with):
- * BEFORE ROW triggers (the state guard), stored generated columns, NOT NULL
- * and CHECK constraints, heap and index insert, AFTER ROW triggers (the
- * wake-up), fired at the end as for a statement.  What a plain INSERT
- * re-derives from the catalogs for every statement (defaults, CHECK
- * expressions, partial-index predicates) comes prepared from
- * outbox_insert_cache.
+ * insert: BEFORE ROW triggers (the state guard), stored generated columns,
+ * NOT NULL and CHECK constraints, heap and index insert, AFTER ROW triggers
+ * (the wake-up), fired at the end as for a statement.
  *
- * Returns false, having changed nothing, when the table needs what only a
- * real INSERT does (rules, statement triggers, row security, a missing
- * privilege, another column type): the caller then runs the SQL statement.
- * Snapshots and command ids are handled as SPI handles a statement of a
- * volatile function: a fresh snapshot, a new command before and after, so
- * that defaults, CHECKs and triggers see what an INSERT would.
+ * Returns false, having changed nothing, when the insert must be a real
+ * INSERT statement (see the file header, and a missing INSERT privilege):
+ * the caller then runs the SQL statement.  Snapshots and command ids are
+ * handled as SPI handles a statement of a volatile function: a fresh
+ * snapshot, a new command before and after, so that defaults, CHECKs and
+ * triggers see what an INSERT would.  Raises what the INSERT would raise.
  */
 bool
 outbox_insert_row(Datum *values, const char *nulls, int64 *id)
 {
-#if OUTBOX_DIRECT_INSERT
 	Relation	rel;
 	const OutboxColumns *cols;
 	OutboxInsertCache *cache;
@@ -125,6 +124,9 @@ outbox_insert_row(Datum *values, const char *nulls, int64 *id)
 	TupleDesc	tupdesc;
 	bool		inserted;
 	int			i;
+
+	if (!outbox_direct_insert || outbox_insert_intercepted())
+		return false;
 
 	/* what the executor checks before any INSERT (ExecCheckXactReadOnly) */
 	if (XactReadOnly)
@@ -147,12 +149,13 @@ outbox_insert_row(Datum *values, const char *nulls, int64 *id)
 	CommandCounterIncrement();
 	UpdateActiveSnapshotCommandId();
 
+	/* the trees stay put while states built from them are alive */
 	cache->in_use++;
 	PG_TRY();
 	{
 		MemoryContext oldcxt;
 
-		/* everything below goes with the EState */
+		/* everything below, states included, goes with the EState */
 		estate = CreateExecutorState();
 		oldcxt = MemoryContextSwitchTo(estate->es_query_cxt);
 		estate->es_output_cid = GetCurrentCommandId(true);
@@ -160,9 +163,16 @@ outbox_insert_row(Datum *values, const char *nulls, int64 *id)
 		InitResultRelInfo(rri, rel, 0, NULL, 0);
 		/* where the AFTER trigger queue looks the relation up */
 		estate->es_opened_result_relations = list_make1(rri);
-		if (cache->ncheck > 0)
-			rri->ri_ConstraintExprs = cache->checks;
 
+		/* CHECK constraints, as ExecRelCheck would build them */
+		if (cache->ncheck > 0)
+		{
+			rri->ri_ConstraintExprs = palloc(sizeof(ExprState *) * cache->ncheck);
+			for (i = 0; i < cache->ncheck; i++)
+				rri->ri_ConstraintExprs[i] = ExecInitExpr(cache->checks[i], NULL);
+		}
+
+		/* partial-index predicates, as ExecInsertIndexTuples would */
 		ExecOpenIndices(rri, false);
 		for (i = 0; i < rri->ri_NumIndices; i++)
 		{
@@ -176,7 +186,7 @@ outbox_insert_row(Datum *values, const char *nulls, int64 *id)
 			{
 				if (cache->pred_index[p] == indexoid)
 				{
-					ii->ii_PredicateState = cache->preds[p];
+					ii->ii_PredicateState = ExecInitQual(cache->preds[p], NULL);
 					break;
 				}
 			}
@@ -201,7 +211,9 @@ outbox_insert_row(Datum *values, const char *nulls, int64 *id)
 			}
 			else if (cache->defaults[i] != NULL)
 				slot->tts_values[i] =
-					ExecEvalExprSwitchContext(cache->defaults[i], econtext,
+					ExecEvalExprSwitchContext(ExecInitExpr(cache->defaults[i],
+														   NULL),
+											  econtext,
 											  &slot->tts_isnull[i]);
 			else
 			{
@@ -213,9 +225,8 @@ outbox_insert_row(Datum *values, const char *nulls, int64 *id)
 		ExecMaterializeSlot(slot);
 
 		/*
-		 * The steps of ExecSimpleRelationInsert (logical replication's row
-		 * insert), with the BEFORE triggers' verdict kept: one returning
-		 * NULL means no row.
+		 * The steps of ExecSimpleRelationInsert, with the BEFORE triggers'
+		 * verdict kept: one returning NULL means no row.
 		 */
 		AfterTriggerBeginQuery();
 		inserted = true;
@@ -234,13 +245,8 @@ outbox_insert_row(Datum *values, const char *nulls, int64 *id)
 				ExecConstraints(rri, slot, estate);
 			simple_table_tuple_insert(rel, slot);
 			if (rri->ri_NumIndices > 0)
-#if PG_VERSION_NUM >= 160000
-				recheck = ExecInsertIndexTuples(rri, slot, estate, false,
-												false, NULL, NIL, false);
-#else
 				recheck = ExecInsertIndexTuples(rri, slot, estate, false,
 												false, NULL, NIL);
-#endif
 			ExecARInsertTriggers(estate, rri, slot, recheck, NULL);
 			/* not NULL: the primary key's NOT NULL was checked above */
 			*id = DatumGetInt64(slot_getattr(slot, cols->id, &isnull));
@@ -265,81 +271,67 @@ outbox_insert_row(Datum *values, const char *nulls, int64 *id)
 	if (!inserted)
 		outbox_no_row_inserted();
 	return true;
-#else
-	return false;
-#endif
 }
 
-#if OUTBOX_DIRECT_INSERT
 /*
- * outbox_reusable_state
+ * outbox_insert_intercepted
  *
- * Whether an expression state may be kept and evaluated again in later
- * calls, each with an EState of its own.  Some steps cache what they build
- * in the evaluating EState's per-query memory (hashed ScalarArrayOp tables,
- * row-type conversion maps, ...), which would dangle after the first call:
- * only the steps below, which keep nothing there, are accepted.  Anything
- * else is prepared per call as a plain INSERT would.
+ * Whether another loaded module hooks the parser, the planner or the
+ * executor.  Such a module expects to see every statement (to count or
+ * audit it, as pg_stat_statements and pgaudit do) or to route it elsewhere
+ * (Citus plans an INSERT into a distributed table onto its shards, and its
+ * coordinator table is an empty shell: a row inserted there directly would
+ * be lost to every query).  The direct insert is none of these, so with any
+ * such hook installed outbox_enqueue runs the SQL statement.
  */
 static bool
-outbox_reusable_state(ExprState *state)
+outbox_insert_intercepted(void)
 {
+	return post_parse_analyze_hook != NULL ||
+		planner_hook != NULL ||
+		ExecutorStart_hook != NULL ||
+		ExecutorRun_hook != NULL ||
+		ExecutorFinish_hook != NULL ||
+		ExecutorEnd_hook != NULL ||
+		ExecutorCheckPerms_hook != NULL;
+}
+
+/*
+ * outbox_insert_plain_table
+ *
+ * Whether rel is a table the direct insert can write exactly as an INSERT
+ * would: a plain heap table, not a partition (nor partitioned, nor foreign,
+ * nor a view), with nothing only the statement handles (rules, row
+ * security, statement-level or INSTEAD OF triggers, transition tables).
+ * A domain's constraints are read when its expression state is built and
+ * changing them does not invalidate the table, and an omitted domain column
+ * needs a checked NULL: columns of a domain type keep the INSERT too.
+ */
+static bool
+outbox_insert_plain_table(Relation rel)
+{
+	TupleDesc	tupdesc = RelationGetDescr(rel);
+	TriggerDesc *trig = rel->trigdesc;
 	int			i;
 
-	for (i = 0; i < state->steps_len; i++)
+	if (rel->rd_rel->relkind != RELKIND_RELATION ||
+		rel->rd_rel->relispartition ||
+		rel->rd_rel->relam != HEAP_TABLE_AM_OID ||
+		rel->rd_rel->relrowsecurity ||
+		rel->rd_rules != NULL)
+		return false;
+	if (trig != NULL &&
+		(trig->trig_insert_before_statement ||
+		 trig->trig_insert_after_statement ||
+		 trig->trig_insert_instead_row ||
+		 trig->trig_insert_new_table))
+		return false;
+	for (i = 0; i < tupdesc->natts; i++)
 	{
-		switch (ExecEvalStepOp(state, &state->steps[i]))
-		{
-			case EEOP_DONE:
-			case EEOP_INNER_FETCHSOME:
-			case EEOP_OUTER_FETCHSOME:
-			case EEOP_SCAN_FETCHSOME:
-			case EEOP_INNER_VAR:
-			case EEOP_OUTER_VAR:
-			case EEOP_SCAN_VAR:
-			case EEOP_ASSIGN_INNER_VAR:
-			case EEOP_ASSIGN_OUTER_VAR:
-			case EEOP_ASSIGN_SCAN_VAR:
-			case EEOP_ASSIGN_TMP:
-			case EEOP_ASSIGN_TMP_MAKE_RO:
-			case EEOP_CONST:
-			case EEOP_FUNCEXPR:
-			case EEOP_FUNCEXPR_STRICT:
-			case EEOP_FUNCEXPR_FUSAGE:
-			case EEOP_FUNCEXPR_STRICT_FUSAGE:
-			case EEOP_BOOL_AND_STEP_FIRST:
-			case EEOP_BOOL_AND_STEP:
-			case EEOP_BOOL_AND_STEP_LAST:
-			case EEOP_BOOL_OR_STEP_FIRST:
-			case EEOP_BOOL_OR_STEP:
-			case EEOP_BOOL_OR_STEP_LAST:
-			case EEOP_BOOL_NOT_STEP:
-			case EEOP_QUAL:
-			case EEOP_JUMP:
-			case EEOP_JUMP_IF_NULL:
-			case EEOP_JUMP_IF_NOT_NULL:
-			case EEOP_JUMP_IF_NOT_TRUE:
-			case EEOP_NULLTEST_ISNULL:
-			case EEOP_NULLTEST_ISNOTNULL:
-			case EEOP_BOOLTEST_IS_TRUE:
-			case EEOP_BOOLTEST_IS_NOT_TRUE:
-			case EEOP_BOOLTEST_IS_FALSE:
-			case EEOP_BOOLTEST_IS_NOT_FALSE:
-			case EEOP_CASE_TESTVAL:
-			case EEOP_MAKE_READONLY:
-			case EEOP_IOCOERCE:
-			case EEOP_DISTINCT:
-			case EEOP_NOT_DISTINCT:
-			case EEOP_NULLIF:
-			case EEOP_SQLVALUEFUNCTION:
-			case EEOP_NEXTVALUEEXPR:
-			case EEOP_ARRAYEXPR:
-			case EEOP_MINMAX:
-			case EEOP_SCALARARRAYOP:
-				break;
-			default:
-				return false;
-		}
+		Form_pg_attribute att = TupleDescAttr(tupdesc, i);
+
+		if (!att->attisdropped && get_typtype(att->atttypid) == TYPTYPE_DOMAIN)
+			return false;
 	}
 	return true;
 }
@@ -347,18 +339,18 @@ outbox_reusable_state(ExprState *state)
 /*
  * outbox_insert_prepare
  *
- * outbox_insert_cache for rel, built now if the table changed since (or if
- * it never was); NULL when the direct insert may not be used for this table,
- * or while an insert further up the stack still runs on the states (a
- * trigger or default that enqueues: the nested call then takes the SQL
- * path rather than rebuilding states in use).
+ * outbox_insert_cache for rel, built now if the table (or a function or type
+ * its expressions use) changed since, or if it never was; NULL when the
+ * direct insert may not be used for this table, or while an insert further
+ * up the stack still runs on states built from the trees (a trigger or
+ * default that enqueues: the nested call then takes the SQL path rather
+ * than free trees in use).
  */
 static OutboxInsertCache *
 outbox_insert_prepare(Relation rel)
 {
 	OutboxInsertCache *cache = &outbox_insert_cache;
 	TupleDesc	tupdesc = RelationGetDescr(rel);
-	TriggerDesc *trig = rel->trigdesc;
 	MemoryContext old;
 	List	   *indexes;
 	ListCell   *lc;
@@ -366,14 +358,15 @@ outbox_insert_prepare(Relation rel)
 	int			i;
 
 	/*
-	 * ExecInitExpr checks EXECUTE on the functions it meets: states built
-	 * for one user are not reused for another (the function is SECURITY
-	 * DEFINER, so the user is normally always its owner).
+	 * The planner inlines a SQL function only for a user who may execute it
+	 * (and ExecInitExpr checks the others'): trees planned as one user are
+	 * not used for another.  The function is SECURITY DEFINER, so the user
+	 * is normally always its owner.
 	 */
 	if (cache->generation == outbox_insert_generation &&
 		cache->relid == RelationGetRelid(rel) &&
 		cache->userid == GetUserId())
-		return cache->direct && cache->in_use == 0 ? cache : NULL;
+		return cache->direct ? cache : NULL;
 	if (cache->in_use > 0)
 		return NULL;
 
@@ -389,39 +382,15 @@ outbox_insert_prepare(Relation rel)
 	cache->inval_items = NIL;
 	cache->ncheck = 0;
 	cache->npreds = 0;
-
-	/* what only the SQL INSERT handles */
-	cache->direct =
-		rel->rd_rel->relkind == RELKIND_RELATION &&
-		!rel->rd_rel->relispartition &&
-		!rel->rd_rel->relrowsecurity &&
-		rel->rd_rules == NULL &&
-		(trig == NULL ||
-		 (!trig->trig_insert_before_statement &&
-		  !trig->trig_insert_after_statement &&
-		  !trig->trig_insert_instead_row &&
-		  !trig->trig_insert_new_table));
-
-	/*
-	 * A domain's constraints are read when a default is prepared, and
-	 * changing them does not invalidate the table: columns of a domain type
-	 * keep the INSERT.
-	 */
-	for (i = 0; cache->direct && i < tupdesc->natts; i++)
-	{
-		Form_pg_attribute att = TupleDescAttr(tupdesc, i);
-
-		if (!att->attisdropped && get_typtype(att->atttypid) == TYPTYPE_DOMAIN)
-			cache->direct = false;
-	}
+	cache->direct = outbox_insert_plain_table(rel);
 
 	if (cache->direct)
 	{
 		old = MemoryContextSwitchTo(cache->cxt);
 
 		/* defaults, as the rewriter adds them to an INSERT */
-		cache->defaults = palloc0(sizeof(ExprState *) * Max(tupdesc->natts, 1));
-		for (i = 0; i < tupdesc->natts && cache->direct; i++)
+		cache->defaults = palloc0(sizeof(Expr *) * Max(tupdesc->natts, 1));
+		for (i = 0; i < tupdesc->natts; i++)
 		{
 			Form_pg_attribute att = TupleDescAttr(tupdesc, i);
 			Node	   *expr;
@@ -429,73 +398,44 @@ outbox_insert_prepare(Relation rel)
 			if (att->attisdropped || att->attgenerated)
 				continue;
 			expr = build_column_default(rel, att->attnum);
-			if (expr == NULL)
-				continue;
-			cache->defaults[i] = ExecInitExpr(outbox_plan_expr((Expr *) expr),
-											  NULL);
-			if (!outbox_reusable_state(cache->defaults[i]))
-				cache->direct = false;
+			if (expr != NULL)
+				cache->defaults[i] = outbox_plan_expr((Expr *) expr);
 		}
 
-		/*
-		 * CHECK constraints, as ExecRelCheck builds them, in the same order;
-		 * all or none (with one that cannot be kept, ExecConstraints builds
-		 * them all per call).
-		 */
-		if (cache->direct && tupdesc->constr != NULL &&
-			tupdesc->constr->num_check > 0)
+		/* CHECK constraints, as ExecRelCheck plans them, in the same order */
+		if (tupdesc->constr != NULL && tupdesc->constr->num_check > 0)
 		{
 			ConstrCheck *check = tupdesc->constr->check;
 
 			cache->ncheck = tupdesc->constr->num_check;
-			cache->checks = palloc(sizeof(ExprState *) * cache->ncheck);
+			cache->checks = palloc(sizeof(Expr *) * cache->ncheck);
 			for (i = 0; i < cache->ncheck; i++)
-			{
-				cache->checks[i] =
-					ExecInitExpr(outbox_plan_expr(stringToNode(check[i].ccbin)),
-								 NULL);
-				if (!outbox_reusable_state(cache->checks[i]))
-					cache->ncheck = 0;
-			}
+				cache->checks[i] = outbox_plan_expr(stringToNode(check[i].ccbin));
 		}
 
-		/* partial-index predicates, each kept or left to the executor */
+		/* partial-index predicates, as ExecPrepareQual plans them */
 		indexes = RelationGetIndexList(rel);
 		cache->pred_index = palloc0(sizeof(Oid) * Max(list_length(indexes), 1));
-		cache->preds = palloc0(sizeof(ExprState *) * Max(list_length(indexes), 1));
+		cache->preds = palloc0(sizeof(List *) * Max(list_length(indexes), 1));
 		foreach(lc, indexes)
 		{
 			Oid			indexoid = lfirst_oid(lc);
 			Relation	index;
 			List	   *pred;
-			ExprState  *state;
 
-			if (!cache->direct)
-				break;
 			index = index_open(indexoid, RowExclusiveLock);
 			pred = RelationGetIndexPredicate(index);
 			if (pred != NIL)
 			{
-				state = ExecInitQual((List *) outbox_plan_expr((Expr *) pred),
-									 NULL);
-				if (outbox_reusable_state(state))
-				{
-					cache->pred_index[cache->npreds] = indexoid;
-					cache->preds[cache->npreds] = state;
-					cache->npreds++;
-				}
+				cache->pred_index[cache->npreds] = indexoid;
+				cache->preds[cache->npreds] =
+					(List *) outbox_plan_expr((Expr *) pred);
+				cache->npreds++;
 			}
 			index_close(index, NoLock);
 		}
 
 		MemoryContextSwitchTo(old);
-		if (!cache->direct)
-		{
-			MemoryContextReset(cache->cxt);
-			cache->inval_items = NIL;
-			cache->ncheck = 0;
-			cache->npreds = 0;
-		}
 	}
 
 	if (outbox_insert_generation != generation)
@@ -525,7 +465,6 @@ outbox_plan_expr(Expr *expr)
 		list_concat(outbox_insert_cache.inval_items, inval_items);
 	return planned;
 }
-#endif							/* OUTBOX_DIRECT_INSERT */
 
 /*
  * outbox_no_row_inserted
@@ -546,8 +485,8 @@ outbox_no_row_inserted(void)
 /*
  * outbox_insert_relcache_callback
  *
- * An invalidation of the table the expressions were prepared for (or of
- * every relation): rebuild them at next use.
+ * An invalidation of the table the expressions were planned for (or of
+ * every relation): plan them again at next use.
  */
 void
 outbox_insert_relcache_callback(Datum arg, Oid relid)
@@ -559,9 +498,9 @@ outbox_insert_relcache_callback(Datum arg, Oid relid)
 /*
  * outbox_insert_syscache_callback
  *
- * A function or type changed: if outbox_enqueue's prepared expressions use
- * it (a SQL function inlined into a default, say), rebuild them at next use.
- * The dependencies are those the plan cache tracks for a statement
+ * A function or type changed: if the planned expressions use it (a SQL
+ * function inlined into a default, say), plan them again at next use.  The
+ * dependencies are those the plan cache tracks for a statement
  * (expression_planner_with_deps), matched the way it matches them.
  */
 void

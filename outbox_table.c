@@ -34,6 +34,7 @@
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
+#include "miscadmin.h"
 #include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
@@ -62,7 +63,19 @@ static Oid	outbox_rel_oid = InvalidOid;
 static char *outbox_qualified_table = NULL;
 static bool outbox_cache_stale = false;
 static MemoryContext OutboxCacheContext = NULL;
-static SPIPlanPtr outbox_plans[OUTBOX_NUM_PLANS];
+
+/*
+ * The kept statements, one set per user they were planned as (see
+ * outbox_plan), in OutboxCacheContext; the set last used.
+ */
+typedef struct OutboxPlanSet
+{
+	Oid			userid;
+	SPIPlanPtr	plans[OUTBOX_NUM_PLANS];
+} OutboxPlanSet;
+
+static List *outbox_plan_sets = NIL;
+static OutboxPlanSet *outbox_plan_set = NULL;
 
 /*
  * The statements, one entry per OutboxPlanId: the text, in which %1$s is the
@@ -297,14 +310,21 @@ outbox_table_syscache_callback(Datum arg, int cacheid, uint32 hashvalue)
 static void
 outbox_reset_cache(void)
 {
+	ListCell   *lc;
 	int			i;
 
-	for (i = 0; i < OUTBOX_NUM_PLANS; i++)
+	foreach(lc, outbox_plan_sets)
 	{
-		if (outbox_plans[i] != NULL)
-			SPI_freeplan(outbox_plans[i]);
-		outbox_plans[i] = NULL;
+		OutboxPlanSet *set = lfirst(lc);
+
+		for (i = 0; i < OUTBOX_NUM_PLANS; i++)
+		{
+			if (set->plans[i] != NULL)
+				SPI_freeplan(set->plans[i]);
+		}
 	}
+	outbox_plan_sets = NIL;
+	outbox_plan_set = NULL;
 	if (OutboxCacheContext != NULL)
 		MemoryContextReset(OutboxCacheContext);
 	outbox_qualified_table = NULL;
@@ -496,7 +516,10 @@ outbox_lock_table(void)
  * outbox_plan
  *
  * The prepared, kept plan of one statement.  It is prepared once per backend
- * (and again only after the extension was dropped and recreated).  Safety
+ * and user (and again only after the extension was dropped and recreated):
+ * the planner inlines a SQL function (a column default, say) only for a user
+ * who may execute it, so a plan made for one user is not run for another.
+ * The functions are SECURITY DEFINER, so there is normally one user.  Safety
  * from a caller's search_path comes from every name in the statements being
  * qualified, so the plan cache may re-parse them under any path; the path is
  * also forced to pg_catalog for the first parse, as a second line.
@@ -505,14 +528,35 @@ static SPIPlanPtr
 outbox_plan(OutboxPlanId id)
 {
 	const OutboxPlanDef *def = &outbox_plan_defs[id];
-	const char *table = outbox_table();
+	const char *table = outbox_table();	/* may drop stale plans */
+	Oid			userid = GetUserId();
 	int			nargs;
 	char	   *sql;
 	int			save_nestlevel;
 	SPIPlanPtr	plan;
 
-	if (outbox_plans[id] != NULL)
-		return outbox_plans[id];
+	if (outbox_plan_set == NULL || outbox_plan_set->userid != userid)
+	{
+		ListCell   *lc;
+
+		outbox_plan_set = NULL;
+		foreach(lc, outbox_plan_sets)
+		{
+			if (((OutboxPlanSet *) lfirst(lc))->userid == userid)
+				outbox_plan_set = lfirst(lc);
+		}
+		if (outbox_plan_set == NULL)
+		{
+			MemoryContext old = MemoryContextSwitchTo(OutboxCacheContext);
+
+			outbox_plan_set = palloc0(sizeof(OutboxPlanSet));
+			outbox_plan_set->userid = userid;
+			outbox_plan_sets = lappend(outbox_plan_sets, outbox_plan_set);
+			MemoryContextSwitchTo(old);
+		}
+	}
+	if (outbox_plan_set->plans[id] != NULL)
+		return outbox_plan_set->plans[id];
 
 	if (def->sql == NULL)
 		elog(ERROR, "unrecognized outbox statement %d", (int) id);
@@ -536,7 +580,7 @@ outbox_plan(OutboxPlanId id)
 		elog(ERROR, "SPI_keepplan failed");
 	pfree(sql);
 
-	outbox_plans[id] = plan;
+	outbox_plan_set->plans[id] = plan;
 	return plan;
 }
 

@@ -549,7 +549,7 @@ outbox_column(Relation rel, const char *name, Oid typid)
 			continue;
 		if (att->atttypid != typid)
 			ereport(ERROR,
-					(errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
+					(errcode(ERRCODE_DATATYPE_MISMATCH),
 					 errmsg("column \"%s\" of table \"%s\" must be of type %s",
 							name, RelationGetRelationName(rel),
 							format_type_be(typid))));

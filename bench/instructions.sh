@@ -15,6 +15,8 @@
 #   E2  INSERT into bench_notify (PL/pgSQL AFTER trigger doing pg_notify)
 #   E3  SELECT outbox_enqueue(...), delivery_outbox.notify = commit
 #   E3-off  the same with notify = off (the insert path alone)
+#   E3-sql  E3 with delivery_outbox.direct_insert = off (its INSERT through
+#           SPI), to show what the direct insert saves
 #
 # In single-user mode nobody listens and no commit waits for a lock, so this
 # is the producer's own CPU cost: what the enqueue path costs, not what
@@ -62,12 +64,13 @@ script()
 E1=$(bench_statement e1_insert.sql)
 E2=$(bench_statement e2_insert_notify.sql)
 E3=$(bench_statement e3_enqueue.sql)
-WORKLOADS="E1 E2 E3 E3-off"
+WORKLOADS="E1 E2 E3 E3-off E3-sql"
 for n in 500 1500; do
     script E1 "PREPARE q(int) AS $E1;" "EXECUTE q(%d);" $n
     script E2 "PREPARE q(int) AS $E2;" "EXECUTE q(%d);" $n
     script E3 "SET delivery_outbox.notify = commit; PREPARE q(int) AS $E3;" "EXECUTE q(%d);" $n
     script E3-off "SET delivery_outbox.notify = off; PREPARE q(int) AS $E3;" "EXECUTE q(%d);" $n
+    script E3-sql "SET delivery_outbox.notify = commit; SET delivery_outbox.direct_insert = off; PREPARE q(int) AS $E3;" "EXECUTE q(%d);" $n
 done
 
 # count W N: total instructions of a single-user backend running W's N lines
@@ -102,6 +105,7 @@ for w in $WORKLOADS; do
         E2) what="E2 INSERT + PL/pgSQL pg_notify trigger" ;;
         E3) what="E3 outbox_enqueue, notify=commit" ;;
         E3-off) what="E3 outbox_enqueue, notify=off" ;;
+        E3-sql) what="E3 outbox_enqueue, direct_insert=off" ;;
     esac
     printf '%-44s %14d %8.2f\n' "$what" "${PER[$w]}" \
         "$(awk -v a="${PER[$w]}" -v b="${PER[E1]}" 'BEGIN { printf "%.4f", a / b }')"

@@ -282,9 +282,11 @@ SELECT what, recipient FROM regress_audit;
 DROP RULE regress_rule ON delivery_outbox;
 
 --
--- prepared states are not shared between users: with outbox_enqueue made
--- SECURITY INVOKER (never by default), a default calling a function that
--- only one role may execute still fails for the other, as an INSERT would
+-- planned expressions are not shared between users: with outbox_enqueue
+-- made SECURITY INVOKER (never by default), a default calling a function
+-- that only one role may execute still fails for the other, as an INSERT
+-- would (the roles may INSERT ... RETURNING id, which is what the SQL path
+-- of outbox_enqueue runs)
 --
 CREATE ROLE regress_may;
 CREATE ROLE regress_may_not;
@@ -292,7 +294,7 @@ CREATE FUNCTION regress_secret() RETURNS text LANGUAGE sql AS $$ SELECT 'secret'
 REVOKE EXECUTE ON FUNCTION regress_secret() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION regress_secret() TO regress_may;
 ALTER TABLE delivery_outbox ADD COLUMN regress_secret text DEFAULT regress_secret();
-GRANT INSERT ON delivery_outbox TO regress_may, regress_may_not;
+GRANT INSERT, SELECT (id) ON delivery_outbox TO regress_may, regress_may_not;
 GRANT USAGE ON SEQUENCE delivery_outbox_id_seq TO regress_may, regress_may_not;
 GRANT EXECUTE ON FUNCTION outbox_enqueue(text, text, bytea, text)
   TO regress_may, regress_may_not;

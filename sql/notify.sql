@@ -10,7 +10,7 @@ CREATE EXTENSION delivery_outbox;
 \set VERBOSITY default
 \set SHOW_CONTEXT never
 
-SELECT name, setting, unit, vartype, context, min_val, max_val, boot_val
+SELECT name, unit, vartype, context, min_val, max_val, boot_val
   FROM pg_settings WHERE name LIKE 'delivery_outbox.%' ORDER BY name;
 
 --
