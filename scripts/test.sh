@@ -7,6 +7,9 @@
 # scripts/common.sh), then runs each suite on its own so that one failing
 # suite does not hide the others:
 #   regress     sql/*.sql        make installcheck ISOLATION= TAP_TESTS=
+#   regress (direct_insert=off)  the same with PGOPTIONS='-c
+#               delivery_outbox.direct_insert=off' (outbox_enqueue through a
+#               plain SQL INSERT)
 #   isolation   specs/*.spec     make installcheck REGRESS= TAP_TESTS=
 #   TAP         t/*.pl           make installcheck REGRESS= ISOLATION=
 #   examples    examples/test_examples.sh: the Python, Node.js and C relays
@@ -17,10 +20,11 @@
 #               a clean installation (about 20-40 s; OUTBOX_PACKAGE_TEST=0
 #               skips it)
 # Every regress test, every isolation spec, every TAP assertion and every
-# examples or package step counts as one test.  On failure it prints
-# regression.diffs and the TAP logs.  The last line is always "N passed,
-# N failed"; the exit status is non-zero when a test failed or when no test
-# ran.
+# examples or package step counts as one test; the counts come from the
+# runners' own summaries (PostgreSQL 15's pg_regress and prove), checked
+# against their exit status.  On failure it prints regression.diffs and the
+# TAP logs.  The last line is always "N passed, N failed"; the exit status is
+# non-zero when a test failed or when no test ran.
 #
 # Usage: scripts/test.sh          (KEEP_TMP=1 keeps the work directory)
 
@@ -52,29 +56,52 @@ TOTAL_FAIL=0
 TOTAL_SKIP=0
 SUMMARY=()
 
-# count_regress LOG: "passed failed" from pg_regress / pg_isolation_regress
-# output.  PG15 prints "test name ... ok 12 ms" or "     name ... FAILED";
-# PG16 and later print "ok 1 - name" / "not ok 1 - name".  A test that
-# started but printed no verdict (pg_regress gave up) is a failure.
+# count_regress LOG: "passed failed" from the output of pg_regress or
+# pg_isolation_regress (PostgreSQL 15).  Its closing summary gives the
+# counts (a failure it was told to ignore passes):
+#    All N tests passed.
+#    P of N tests passed, I failed test(s) ignored.
+#    F of N tests failed.
+#    F of N tests failed, I of these failures ignored.
+# Without one it stopped early (it could not connect, or gave up on a
+# diff): then its verdict lines count ("test name ... ok 12 ms", "     name
+# ... FAILED", "... failed (ignored)"), a test that started but has no
+# verdict is a failure, and so is the missing summary.
 count_regress()
 {
     awk '
+        /^ +All [0-9]+ tests passed\. *$/ {
+            summary = 1; spass = $2; sfail = 0; next
+        }
+        /^ +[0-9]+ of [0-9]+ tests passed, [0-9]+ failed test\(s\) ignored\. *$/ {
+            summary = 1; spass = $3; sfail = 0; next
+        }
+        /^ +[0-9]+ of [0-9]+ tests failed\. *$/ {
+            summary = 1; spass = $3 - $1; sfail = $1; next
+        }
+        /^ +[0-9]+ of [0-9]+ tests failed, [0-9]+ of these failures ignored\. *$/ {
+            summary = 1; spass = $3 - $1 + $6; sfail = $1 - $6; next
+        }
         /^(test +| +)?[^ ]+ +\.\.\. +ok( |$)/            { pass++; next }
         /^(test +| +)?[^ ]+ +\.\.\. +failed \(ignored\)/ { pass++; next }
         /^(test +| +)?[^ ]+ +\.\.\. +FAILED/             { fail++; next }
-        /^ok [0-9]+ +[-+] /                              { pass++; next }
-        /^not ok [0-9]+ +[-+] /                          { fail++; next }
-        # started but never finished (e.g. pg_regress gave up on a diff)
+        # started but never finished
         /^(test +| +)?[^ ]+ +\.\.\. /                     { fail++; next }
-        END { printf "%d %d\n", pass, fail }
+        END {
+            if (summary)
+                printf "%d %d\n", spass, sfail
+            else
+                printf "%d %d\n", pass, fail + 1
+        }
     ' "$1"
 }
 
-# count_tap LOG: "passed failed skipped" from `prove -v` output.  Top-level
-# "ok N" / "not ok N" lines are assertions (a "not ok ... # TODO" is an
-# expected failure, so it passes; "ok ... # skip" is a skip).  A script that
-# died, or whose plan does not match, counts one more failure unless one of
-# its assertions already failed.
+# count_tap LOG: "passed failed skipped" from TAP output (prove -v, or the
+# examples and package steps).  Top-level "ok N" / "not ok N" lines are
+# assertions (a "not ok ... # TODO" is an expected failure, so it passes;
+# "ok ... # skip" is a skip).  A script that died, or whose plan does not
+# match, counts one more failure unless one of its assertions already
+# failed.
 count_tap()
 {
     awk '
@@ -98,13 +125,25 @@ count_tap()
     ' "$1"
 }
 
+# prove_summary LOG: "tests result" from prove's closing lines
+# ("Files=12, Tests=415, ..." and "Result: PASS" or "Result: FAIL"); "- -"
+# when prove did not get that far.
+prove_summary()
+{
+    awk '
+        /^Files=[0-9]+, Tests=[0-9]+/ { t = $2; sub(/^Tests=/, "", t); sub(/,$/, "", t) }
+        /^Result: / { r = $2 }
+        END { printf "%s %s\n", (t == "" ? "-" : t), (r == "" ? "-" : r) }
+    ' "$1"
+}
+
 record()
 {
     local name=$1 pass=$2 fail=$3 skip=${4:-0}
     TOTAL_PASS=$((TOTAL_PASS + pass))
     TOTAL_FAIL=$((TOTAL_FAIL + fail))
     TOTAL_SKIP=$((TOTAL_SKIP + skip))
-    SUMMARY+=("$(printf '    %-10s %5d passed %5d failed' "$name" "$pass" "$fail")$( [ "$skip" -gt 0 ] && printf ' %5d skipped' "$skip")")
+    SUMMARY+=("$(printf '    %-27s %5d passed %5d failed' "$name" "$pass" "$fail")$( [ "$skip" -gt 0 ] && printf ' %5d skipped' "$skip")")
 }
 
 # show_file FILE [MAXLINES]: print a file under a header, at most its last
@@ -123,39 +162,61 @@ show_file()
     fi
 }
 
-# run_suite NAME make-variables...: run one suite, print its output as it
-# goes, keep it in $OUTBOX_WORK/NAME.out; sets SUITE_RC.
+# run_suite NAME [VAR=VALUE...] -- make-variables...: run one suite with
+# the VAR=VALUE pairs in the environment of make and the test programs
+# (as_user starts from a clean environment, so they go through env), print
+# its output as it goes, keep it in $OUTBOX_WORK/NAME.out; sets SUITE_RC.
 run_suite()
 {
     local name=$1
+    local -a envv=()
     shift
-    log "suite: $name"
-    as_user make -C "$OUTBOX_SRC" PG_CONFIG="$PG_CONFIG" installcheck "$@" 2>&1 |
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do
+        envv+=("$1")
+        shift
+    done
+    [ "${1:-}" = -- ] && shift
+    log "suite: $name${envv[*]:+ (${envv[*]})}"
+    as_user env "${envv[@]}" make -C "$OUTBOX_SRC" PG_CONFIG="$PG_CONFIG" \
+        installcheck "$@" 2>&1 |
         tee "$OUTBOX_WORK/$name.out"
     SUITE_RC=${PIPESTATUS[0]}
 }
 
-have() { compgen -G "$OUTBOX_SRC/$1" >/dev/null; }
-
-# --- regress ---------------------------------------------------------------
-if have 'sql/*.sql'; then
-    run_suite regress ISOLATION= TAP_TESTS=
-    read -r p f < <(count_regress "$OUTBOX_WORK/regress.out")
+# regress_suite LABEL NAME [VAR=VALUE...]: the regress suite, recorded
+# under LABEL.
+regress_suite()
+{
+    local label=$1 name=$2 p f
+    shift 2
+    run_suite "$name" "$@" -- ISOLATION= TAP_TESTS=
+    read -r p f < <(count_regress "$OUTBOX_WORK/$name.out")
     if [ "$SUITE_RC" -ne 0 ] && [ "$f" -eq 0 ]; then
-        warn "regress: make exited $SUITE_RC without a failed test; counting one failure"
+        warn "$label: make exited $SUITE_RC without a failed test; counting one failure"
         f=1
     fi
     if [ "$f" -gt 0 ]; then
         show_file "$OUTBOX_SRC/regression.diffs"
     fi
-    record regress "$p" "$f"
+    record "$label" "$p" "$f"
+}
+
+have() { compgen -G "$OUTBOX_SRC/$1" >/dev/null; }
+
+# --- regress ---------------------------------------------------------------
+# Twice: as installed, and with outbox_enqueue's direct insert off (it then
+# inserts with a plain SQL INSERT), set for every session through PGOPTIONS.
+if have 'sql/*.sql'; then
+    regress_suite regress regress
+    regress_suite 'regress (direct_insert=off)' regress_direct_insert_off \
+        'PGOPTIONS=-c delivery_outbox.direct_insert=off'
 else
     log "suite: regress: no sql/*.sql, skipped"
 fi
 
 # --- isolation -------------------------------------------------------------
 if have 'specs/*.spec'; then
-    run_suite isolation REGRESS= TAP_TESTS=
+    run_suite isolation -- REGRESS= TAP_TESTS=
     read -r p f < <(count_regress "$OUTBOX_WORK/isolation.out")
     if [ "$SUITE_RC" -ne 0 ] && [ "$f" -eq 0 ]; then
         warn "isolation: make exited $SUITE_RC without a failed test; counting one failure"
@@ -171,11 +232,22 @@ fi
 
 # --- TAP -------------------------------------------------------------------
 if have 't/*.pl'; then
-    run_suite tap REGRESS= ISOLATION= PROVE_FLAGS=-v
+    run_suite tap -- REGRESS= ISOLATION= PROVE_FLAGS=-v
     read -r p f s < <(count_tap "$OUTBOX_WORK/tap.out")
-    if [ "$SUITE_RC" -ne 0 ] && [ "$f" -eq 0 ]; then
+    read -r tests result < <(prove_summary "$OUTBOX_WORK/tap.out")
+    if [ "$result" != PASS ] && [ "$f" -eq 0 ]; then
+        warn "TAP: prove's result is \"$result\" without a failed assertion; counting one failure"
+        f=1
+    elif [ "$SUITE_RC" -ne 0 ] && [ "$f" -eq 0 ]; then
         warn "TAP: make exited $SUITE_RC without a failed assertion; counting one failure"
         f=1
+    fi
+    # prove's Tests= is every assertion it saw, skipped ones included: the
+    # lines count_tap counted.
+    n=$(grep -cE '^(not )?ok [0-9]+' "$OUTBOX_WORK/tap.out")
+    if [ "$tests" != - ] && [ "$tests" -ne "$n" ]; then
+        warn "TAP: prove counted $tests assertions, the log has $n; counting one failure"
+        f=$((f + 1))
     fi
     if [ "$f" -gt 0 ]; then
         for logf in "$OUTBOX_SRC"/tmp_check/log/*; do
