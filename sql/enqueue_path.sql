@@ -317,6 +317,27 @@ DROP FUNCTION regress_secret();
 DROP ROLE regress_may, regress_may_not;
 
 --
+-- delivery_outbox.direct_insert: only a superuser may change it, and either
+-- way the enqueue inserts its row (scripts/test.sh runs this whole suite a
+-- second time with it off, through PGOPTIONS)
+--
+CREATE ROLE regress_plain;
+SET ROLE regress_plain;
+\set VERBOSITY terse
+SET delivery_outbox.direct_insert = off;
+\echo :SQLSTATE
+\set VERBOSITY default
+RESET ROLE;
+DROP ROLE regress_plain;
+SET delivery_outbox.direct_insert = off;
+SELECT outbox_enqueue('agent:sql', 'work', '\x08') > :first_id AS through_sql;
+SET delivery_outbox.direct_insert = on;
+SELECT outbox_enqueue('agent:direct', 'work', '\x09') > :first_id AS direct;
+RESET delivery_outbox.direct_insert;
+SELECT recipient, delivery_state, delivery_attempts FROM delivery_outbox
+ WHERE recipient IN ('agent:sql', 'agent:direct') ORDER BY id;
+
+--
 -- everything enqueued above is pending, with consistent bookkeeping
 --
 SELECT delivery_state, delivery_attempts, count(*) > 0 AS some,
