@@ -43,7 +43,6 @@ extern int	outbox_notify_mode;
 extern bool outbox_direct_insert;
 
 /* settings of the background worker */
-extern char *outbox_database_names;
 extern int	outbox_sweep_interval;
 extern int	outbox_reclaim_after;
 extern int	outbox_retain_acked;
