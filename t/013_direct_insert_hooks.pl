@@ -15,15 +15,14 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use OutboxTest;
 
-my $node = PostgreSQL::Test::Cluster->new('main');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
-shared_preload_libraries = 'pg_stat_statements, delivery_outbox'
-pg_stat_statements.track = all
-});
-$node->start;
+my $node = outbox_node(
+	'main',
+	preload => [ 'pg_stat_statements', 'delivery_outbox' ],
+	conf => "pg_stat_statements.track = all\n");
 $node->safe_psql('postgres',
 	'CREATE EXTENSION pg_stat_statements; CREATE EXTENSION delivery_outbox');
 
@@ -49,8 +48,7 @@ is( $node->safe_psql(
 	'and every row is there, pending');
 
 # a LISTENing relay hears each id once, from the producer's commit
-my $relay = $node->background_psql('postgres');
-$relay->query_safe('LISTEN delivery_outbox');
+my $relay = listener($node);
 my $id = $node->safe_psql('postgres',
 	"SELECT outbox_enqueue('agent:hooks', 'work', '\\x06')");
 my $heard = $relay->query_safe('SELECT 1');

@@ -52,7 +52,8 @@ my $sweeper = 'delivery_outbox sweeper';
 A new node, initialized and started.  Options:
 
   init       hash ref of options for init (e.g. { allows_streaming => 1 })
-  preload    true: shared_preload_libraries = 'delivery_outbox'
+  preload    true: shared_preload_libraries = 'delivery_outbox'; or an
+             array ref of the libraries to preload, in order
   conf       more lines for postgresql.conf
   databases  array ref of databases to create
   extension  array ref of databases to CREATE EXTENSION delivery_outbox in
@@ -69,8 +70,14 @@ sub outbox_node
 {
 	my ($name, %opts) = @_;
 	my $conf = $opts{conf} // '';
-	$conf = "shared_preload_libraries = 'delivery_outbox'\n" . $conf
-	  if $opts{preload};
+	if ($opts{preload})
+	{
+		my @libraries =
+		  ref $opts{preload} ? @{ $opts{preload} } : ('delivery_outbox');
+		$conf =
+		  "shared_preload_libraries = '" . join(', ', @libraries) . "'\n"
+		  . $conf;
+	}
 	my @databases = @{ $opts{databases} // [] };
 
 	my $node = PostgreSQL::Test::Cluster->new($name);
