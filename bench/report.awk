@@ -219,7 +219,7 @@ END {
     }
 
     print ""
-    print "targets (issue 4; ratios from this run):"
+    print "targets (see bench/README.md; ratios from this run):"
     # E4/E1 >= 0.90 at 16 clients, synchronous_commit on, every id received
     r = rat["E4", 16, "on"]
     if (r == "")

@@ -45,7 +45,8 @@
 # E4 runs only where `SET delivery_outbox.notify = deferred` works, E5 only
 # where outbox_enqueue_batch exists, E6 only where the pgq extension can be
 # created; otherwise the table says "not available".  The bench never fails
-# because of a result: it prints PASS/FAIL lines for the targets of issue 4
+# because of a result: it prints PASS/FAIL lines for the targets listed in
+# bench/README.md
 # and exits 0 (non-zero only when it could not run at all).
 #
 # Usage: bench/run.sh            full run, ~10 minutes on 2 cores
@@ -63,6 +64,9 @@
 #                                          early in an L1 run are left out
 #   BENCH_PORT     first port to try       default 5450
 #   BENCH_NO_BUILD=1  use the extension already installed (no build/install)
+#   BENCH_QUIET_PCT   the CPU busy share (percent, measured for 3 s before
+#                     and after the runs with the bench idle) under which
+#                     the report calls the machine quiet; default 10
 #   KEEP_TMP=1     keep the work directory (cluster, logs, raw results)
 # The table is also written to bench/out/ (git-ignored).
 
@@ -452,6 +456,21 @@ run_l1()
     record L "L1-$mode" "$L1_CLIENTS" on "$rep" "$tps" "$p50" relay "$n" "$p99" "$max" "$rstats" "$note"
 }
 
+# cpu_busy SECS: the share of the machine's CPU time that was busy over the
+# next SECS seconds, in percent (from /proc/stat).  Taken while nothing of
+# the bench runs, it says how quiet the machine is.
+cpu_busy()
+{
+    local a b
+    a=$(awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print t, $5 + $6 }' /proc/stat)
+    sleep "$1"
+    b=$(awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print t, $5 + $6 }' /proc/stat)
+    awk -v a="$a" -v b="$b" 'BEGIN {
+        split(a, x, " "); split(b, y, " ")
+        t = y[1] - x[1]; idle = y[2] - x[2]
+        printf "%.0f", t > 0 ? 100 * (t - idle) / t : 0 }'
+}
+
 # ---------------------------------------------------------------------------
 # main
 # ---------------------------------------------------------------------------
@@ -541,6 +560,11 @@ if [ "$QUICK" != 1 ]; then
     done
 fi
 
+# How busy the machine is with the bench's cluster idle: the neighbours
+# (and the cluster's own background work), before and after the runs.
+BUSY_BEFORE=$(cpu_busy 3)
+log "machine CPU busy before the runs: ${BUSY_BEFORE}% (load average $(cut -d' ' -f1-3 /proc/loadavg))"
+
 LAST_RECORD=${EPOCHREALTIME/,/.}
 for cell in $BENCH_CELLS; do
     c=${cell%%:*}
@@ -575,6 +599,10 @@ if want L1; then
     done
 fi
 
+BUSY_AFTER=$(cpu_busy 3)
+QUIET=no
+[ "$BUSY_BEFORE" -le "${BENCH_QUIET_PCT:-10}" ] && [ "$BUSY_AFTER" -le "${BENCH_QUIET_PCT:-10}" ] && QUIET=yes
+
 # ---------------------------------------------------------------------------
 # the table
 # ---------------------------------------------------------------------------
@@ -585,6 +613,8 @@ REPORT=$RAW/report.txt
     echo "command: ${BENCH_CMD:-bench/run.sh}  (QUICK=$QUICK; cells: $BENCH_CELLS; median of $BENCH_REPS run(s) of ${BENCH_T}s each)"
     echo "C1 tables: big = $C1_ACKED acked + $C1_PENDING pending rows, empty = $C1_PENDING pending rows; $RECIPIENTS recipients"
     echo "machine load average (1/5/15 min) at start: $LOAD_START, at end: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null); run took $(($(date +%s) - BENCH_START)) s"
+    echo "quiet machine: $QUIET (CPU busy with the bench idle: ${BUSY_BEFORE}% before the runs, ${BUSY_AFTER}% after; quiet means both <= ${BENCH_QUIET_PCT:-10}%)"
+    echo "commit: $(git -C "$OUTBOX_TOP" rev-parse --short HEAD 2>/dev/null || echo unknown)$( [ -n "$(git -C "$OUTBOX_TOP" status --porcelain --untracked-files=no 2>/dev/null)" ] && echo ' (with uncommitted changes)'), $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo
     awk -F'|' \
         -v deferred_note="$DEFERRED_NOTE" -v batch_note="$BATCH_NOTE" -v pgq_note="$PGQ_NOTE" \
