@@ -46,8 +46,7 @@
 # where outbox_enqueue_batch exists, E6 only where the pgq extension can be
 # created; otherwise the table says "not available".  The bench never fails
 # because of a result: it prints PASS/FAIL lines for the targets listed in
-# bench/README.md
-# and exits 0 (non-zero only when it could not run at all).
+# bench/README.md and exits 0 (non-zero only when it could not run at all).
 #
 # Usage: bench/run.sh            full run, ~10 minutes on 2 cores
 #        QUICK=1 bench/run.sh    16 clients, synchronous_commit on, one
