@@ -200,6 +200,7 @@ _PG_init(void)
 								  (Datum) 0);
 	RegisterXactCallback(outbox_xact_callback, NULL);
 	RegisterSubXactCallback(outbox_subxact_callback, NULL);
+	RegisterResourceReleaseCallback(outbox_xact_release_callback, NULL);
 
 	if (process_shared_preload_libraries_in_progress)
 		outbox_init_preloaded();

@@ -5,9 +5,11 @@
  *
  * Whatever a transaction does to outbox rows is recorded per
  * (sub)transaction level and published only when the top-level transaction
- * commits: counter deltas go to the database's shared slot, outbox_wait()
- * sleepers are woken when rows became pending, and in deferred mode the ids
- * of those rows are handed to the database's worker.  An aborted
+ * has committed and released its locks: counter deltas go to the database's
+ * shared slot, outbox_wait() sleepers are woken when rows became pending,
+ * and in deferred mode the ids of those rows are handed to the database's
+ * worker.  Nothing of ours runs while a committing transaction holds the
+ * NOTIFY lock after its queue entries are written.  An aborted
  * (sub)transaction's bookkeeping is forgotten; a prepared transaction's is
  * stashed in shared memory until COMMIT PREPARED or ROLLBACK PREPARED.
  *
@@ -65,6 +67,14 @@ static OutboxXactLevel *outbox_xact = NULL;
 static int64 *outbox_deferred_ids = NULL;
 static int	outbox_deferred_count = 0;
 static int	outbox_deferred_space = 0;
+
+/*
+ * A committed transaction's bookkeeping, between its commit and the release
+ * of its locks (see outbox_xact_release_callback).
+ */
+static OutboxXactLevel *outbox_committed = NULL;
+static int64 *outbox_committed_ids = NULL;
+static int	outbox_committed_nids = 0;
 
 /* GID of the PREPARE TRANSACTION this transaction ends with, if any. */
 static char outbox_prepare_gid[GIDSIZE];
@@ -271,28 +281,25 @@ outbox_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 /*
  * outbox_xact_callback
  *
- * At commit, publish: add the counter deltas to shared memory, hand the
- * deferred wake-ups to the worker, and wake outbox_wait() sleepers.  The
- * transaction is already committed here, so nothing may fail or wait.  At
- * PREPARE the deltas are stashed until COMMIT PREPARED (the deferred
- * wake-ups are dropped: relays drain).  On abort, forget.
+ * At commit, keep the transaction's bookkeeping for
+ * outbox_xact_release_callback, which publishes it once the transaction's
+ * locks are released.  At PREPARE the deltas are stashed until COMMIT
+ * PREPARED (the deferred wake-ups are dropped: relays drain).  On abort,
+ * forget.  Any other event clears a commit's bookkeeping that was never
+ * published (can't happen), so nothing stale is ever read.
  */
 void
 outbox_xact_callback(XactEvent event, void *arg)
 {
 	OutboxXactLevel *level = outbox_xact;
 
+	outbox_committed = NULL;
 	if (level != NULL &&
 		(event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT))
 	{
-		OutboxDatabase *db = outbox_my_database(true);
-
-		if (db != NULL)
-		{
-			if (outbox_deferred_count > 0)
-				outbox_handover(db, outbox_deferred_ids, outbox_deferred_count);
-			outbox_publish(db, level->deltas, level->made_pending);
-		}
+		outbox_committed = level;
+		outbox_committed_ids = outbox_deferred_ids;
+		outbox_committed_nids = outbox_deferred_count;
 	}
 	else if (level != NULL && event == XACT_EVENT_PREPARE)
 		outbox_stash_prepared(level);
@@ -314,6 +321,41 @@ outbox_xact_callback(XactEvent event, void *arg)
 		default:
 			break;
 	}
+}
+
+/*
+ * outbox_xact_release_callback
+ *
+ * Publish a committed transaction's bookkeeping: add the counter deltas to
+ * shared memory, hand the deferred wake-ups to the worker, and wake
+ * outbox_wait() sleepers.  This runs in the last phase of the top-level
+ * resource owner's release, after the transaction's locks are gone: in
+ * commit mode the NOTIFY lock, which PostgreSQL holds from PreCommit_Notify
+ * through the WAL flush to the release of the locks, serializes every
+ * notifying commit of the cluster, and none of this needs it.  The
+ * transaction is committed and visible, so a woken sleeper finds its rows;
+ * nothing here may fail or wait.  The bookkeeping's memory, in
+ * TopTransactionContext, lives until after this phase.
+ */
+void
+outbox_xact_release_callback(ResourceReleasePhase phase, bool isCommit,
+							 bool isTopLevel, void *arg)
+{
+	OutboxXactLevel *level = outbox_committed;
+	OutboxDatabase *db;
+
+	if (level == NULL || phase != RESOURCE_RELEASE_AFTER_LOCKS ||
+		!isCommit || !isTopLevel)
+		return;
+	/* once: the callback runs for every resource owner of the tree */
+	outbox_committed = NULL;
+
+	db = outbox_my_database(true);
+	if (db == NULL)
+		return;
+	if (outbox_committed_nids > 0)
+		outbox_handover(db, outbox_committed_ids, outbox_committed_nids);
+	outbox_publish(db, level->deltas, level->made_pending);
 }
 
 /*

@@ -15,6 +15,7 @@
 #define OUTBOX_XACT_H
 
 #include "access/xact.h"
+#include "utils/resowner.h"
 
 #include "outbox_shmem.h"
 
@@ -29,6 +30,9 @@ extern void outbox_xact_callback(XactEvent event, void *arg);
 extern void outbox_subxact_callback(SubXactEvent event,
 									SubTransactionId mySubid,
 									SubTransactionId parentSubid, void *arg);
+extern void outbox_xact_release_callback(ResourceReleasePhase phase,
+										 bool isCommit, bool isTopLevel,
+										 void *arg);
 
 /* two-phase commit, followed from the ProcessUtility hook */
 extern void outbox_xact_note_prepare(const char *gid);
