@@ -35,6 +35,7 @@
 
 #include "delivery_outbox.h"
 #include "outbox_insert.h"
+#include "outbox_plans.h"
 #include "outbox_shmem.h"
 #include "outbox_table.h"
 #include "outbox_trigger.h"
@@ -55,7 +56,9 @@ static Datum outbox_null_text(FunctionCallInfo fcinfo, int argno, char *null);
 static Tuplestorestate *outbox_begin_srf(FunctionCallInfo fcinfo, bits32 flags);
 static void outbox_put_rows(Tuplestorestate *tupstore);
 static Datum outbox_count_result(uint64 count);
-static uint64 outbox_ack_internal(Datum ids, Datum recipient, char recipient_null);
+static uint64 outbox_ack_internal(OutboxTable *t, Datum ids, Datum recipient,
+								  char recipient_null);
+static OutboxTable *outbox_target(FunctionCallInfo fcinfo, int argno);
 
 PG_FUNCTION_INFO_V1(outbox_enqueue);
 PG_FUNCTION_INFO_V1(outbox_claim);
@@ -81,6 +84,7 @@ PG_FUNCTION_INFO_V1(outbox_activity);
 Datum
 outbox_enqueue(PG_FUNCTION_ARGS)
 {
+	OutboxTable *t;
 	Datum		values[4];
 	char		nulls[4] = {' ', ' ', ' ', ' '};
 	bool		isnull;
@@ -98,11 +102,12 @@ outbox_enqueue(PG_FUNCTION_ARGS)
 	values[2] = PG_GETARG_DATUM(2);
 	values[3] = outbox_null_text(fcinfo, 3, &nulls[3]);
 
-	if (outbox_insert_row(values, nulls, &id))
+	t = outbox_target(fcinfo, 4);
+	if (outbox_insert_row(t, values, nulls, &id))
 		PG_RETURN_INT64(id);
 
 	outbox_spi_connect();
-	outbox_execute(OUTBOX_PLAN_ENQUEUE, values, nulls, SPI_OK_INSERT_RETURNING);
+	outbox_execute(t, OUTBOX_PLAN_ENQUEUE, values, nulls, SPI_OK_INSERT_RETURNING);
 	if (SPI_processed != 1)
 		outbox_no_row_inserted();
 	id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
@@ -122,6 +127,7 @@ outbox_enqueue(PG_FUNCTION_ARGS)
 Datum
 outbox_claim(PG_FUNCTION_ARGS)
 {
+	OutboxTable *t;
 	Datum		values[3];
 	char		nulls[3] = {' ', ' ', ' '};
 	Tuplestorestate *tupstore;
@@ -136,10 +142,11 @@ outbox_claim(PG_FUNCTION_ARGS)
 	if (nulls[2] == ' ')
 		variant += 2;
 
+	t = outbox_target(fcinfo, 3);
 	tupstore = outbox_begin_srf(fcinfo, 0);
 
 	outbox_spi_connect();
-	outbox_execute(OUTBOX_PLAN_CLAIM + variant, values, nulls, SPI_OK_SELECT);
+	outbox_execute(t, OUTBOX_PLAN_CLAIM + variant, values, nulls, SPI_OK_SELECT);
 	outbox_put_rows(tupstore);
 	SPI_finish();
 
@@ -170,7 +177,7 @@ outbox_ack(PG_FUNCTION_ARGS)
 	ids = PointerGetDatum(construct_array(&id, 1, INT8OID, sizeof(int64),
 										  FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 
-	PG_RETURN_BOOL(outbox_ack_internal(ids, recipient, recipient_null) == 1);
+	PG_RETURN_BOOL(outbox_ack_internal(outbox_target(fcinfo, 2), ids, recipient, recipient_null) == 1);
 }
 
 /*
@@ -189,8 +196,8 @@ outbox_ack_array(PG_FUNCTION_ARGS)
 	outbox_check_text(fcinfo, 1, "recipient", false);
 	recipient = outbox_null_text(fcinfo, 1, &recipient_null);
 
-	return outbox_count_result(outbox_ack_internal(ids, recipient,
-												   recipient_null));
+	return outbox_count_result(outbox_ack_internal(outbox_target(fcinfo, 2), ids,
+												   recipient, recipient_null));
 }
 
 /*
@@ -201,17 +208,19 @@ outbox_ack_array(PG_FUNCTION_ARGS)
 Datum
 outbox_release(PG_FUNCTION_ARGS)
 {
+	OutboxTable *t;
 	Datum		values[1];
 
 	uint64		count;
 
 	values[0] = outbox_check_ids(fcinfo, 0);
 
+	t = outbox_target(fcinfo, 1);
 	/* the trigger counts these delivered -> pending moves as releases */
 	outbox_requeue_counter = OUTBOX_COUNT_RELEASED;
 	PG_TRY();
 	{
-		count = outbox_run(OUTBOX_PLAN_RELEASE, values, NULL, SPI_OK_UPDATE);
+		count = outbox_run(t, OUTBOX_PLAN_RELEASE, values, NULL, SPI_OK_UPDATE);
 	}
 	PG_FINALLY();
 	{
@@ -234,7 +243,7 @@ outbox_reclaim(PG_FUNCTION_ARGS)
 	TimestampTz cutoff = DatumGetTimestampTz(outbox_cutoff(fcinfo, 0));
 	int64		max_rows = PG_ARGISNULL(1) ? 0 : outbox_check_max_rows(fcinfo, 1);
 
-	return outbox_count_result(outbox_reclaim_rows(cutoff, max_rows));
+	return outbox_count_result(outbox_reclaim_rows(outbox_target(fcinfo, 2), cutoff, max_rows));
 }
 
 /*
@@ -246,6 +255,7 @@ outbox_reclaim(PG_FUNCTION_ARGS)
 Datum
 outbox_reclaim_recipient(PG_FUNCTION_ARGS)
 {
+	OutboxTable *t;
 	Datum		values[2];
 	char		nulls[2] = {' ', ' '};
 
@@ -253,8 +263,9 @@ outbox_reclaim_recipient(PG_FUNCTION_ARGS)
 	values[0] = PG_GETARG_DATUM(0);
 	values[1] = outbox_null_text(fcinfo, 1, &nulls[1]);
 
+	t = outbox_target(fcinfo, 2);
 	return outbox_count_result(
-		outbox_run(nulls[1] == 'n' ?
+		outbox_run(t, nulls[1] == 'n' ?
 				   OUTBOX_PLAN_RESYNC_NULL_TENANT : OUTBOX_PLAN_RESYNC,
 				   values, nulls, SPI_OK_UPDATE));
 }
@@ -268,6 +279,7 @@ outbox_reclaim_recipient(PG_FUNCTION_ARGS)
 Datum
 outbox_reassign(PG_FUNCTION_ARGS)
 {
+	OutboxTable *t;
 	Datum		values[2];
 
 	outbox_check_text(fcinfo, 0, "from_recipient", true);
@@ -275,7 +287,8 @@ outbox_reassign(PG_FUNCTION_ARGS)
 	values[0] = PG_GETARG_DATUM(0);
 	values[1] = PG_GETARG_DATUM(1);
 
-	return outbox_count_result(outbox_run(OUTBOX_PLAN_REASSIGN, values, NULL,
+	t = outbox_target(fcinfo, 2);
+	return outbox_count_result(outbox_run(t, OUTBOX_PLAN_REASSIGN, values, NULL,
 										  SPI_OK_UPDATE));
 }
 
@@ -288,6 +301,7 @@ outbox_reassign(PG_FUNCTION_ARGS)
 Datum
 outbox_replay(PG_FUNCTION_ARGS)
 {
+	OutboxTable *t;
 	Datum		values[4];
 	char		nulls[4] = {' ', ' ', ' ', ' '};
 	Tuplestorestate *tupstore;
@@ -302,10 +316,11 @@ outbox_replay(PG_FUNCTION_ARGS)
 	values[2] = Int64GetDatum(outbox_check_max_rows(fcinfo, 2));
 	values[3] = outbox_null_text(fcinfo, 3, &nulls[3]);
 
+	t = outbox_target(fcinfo, 4);
 	tupstore = outbox_begin_srf(fcinfo, 0);
 
 	outbox_spi_connect();
-	outbox_execute(nulls[3] == 'n' ? OUTBOX_PLAN_REPLAY : OUTBOX_PLAN_REPLAY_T,
+	outbox_execute(t, nulls[3] == 'n' ? OUTBOX_PLAN_REPLAY : OUTBOX_PLAN_REPLAY_T,
 				   values, nulls, SPI_OK_SELECT);
 	outbox_put_rows(tupstore);
 	SPI_finish();
@@ -323,7 +338,7 @@ outbox_purge(PG_FUNCTION_ARGS)
 {
 	TimestampTz cutoff = DatumGetTimestampTz(outbox_cutoff(fcinfo, 0));
 
-	PG_RETURN_INT64((int64) outbox_purge_rows(cutoff, 0));
+	PG_RETURN_INT64((int64) outbox_purge_rows(outbox_target(fcinfo, 1), cutoff, 0));
 }
 
 /*
@@ -336,6 +351,7 @@ outbox_purge(PG_FUNCTION_ARGS)
 Datum
 outbox_stats(PG_FUNCTION_ARGS)
 {
+	OutboxTable *t;
 	TupleDesc	tupdesc;
 	Datum		now = TimestampTzGetDatum(GetCurrentTimestamp());
 	Datum		values[6];
@@ -350,8 +366,9 @@ outbox_stats(PG_FUNCTION_ARGS)
 		elog(ERROR, "outbox_stats() is declared with %d columns, expected %d",
 			 tupdesc->natts, (int) lengthof(values));
 
+	t = outbox_target(fcinfo, 0);
 	outbox_spi_connect();
-	outbox_execute(OUTBOX_PLAN_STATS, &now, NULL, SPI_OK_SELECT);
+	outbox_execute(t, OUTBOX_PLAN_STATS, &now, NULL, SPI_OK_SELECT);
 	if (SPI_processed != 1)
 		elog(ERROR, "outbox statistics query returned " UINT64_FORMAT " rows",
 			 SPI_processed);
@@ -382,6 +399,7 @@ outbox_stats(PG_FUNCTION_ARGS)
 Datum
 outbox_enqueue_batch(PG_FUNCTION_ARGS)
 {
+	OutboxTable *t;
 	Datum		values[4];
 	char		nulls[4] = {' ', ' ', ' ', ' '};
 	int			n[4] = {0, 0, 0, 0};
@@ -410,12 +428,13 @@ outbox_enqueue_batch(PG_FUNCTION_ARGS)
 							   n[a])));
 	}
 
+	t = outbox_target(fcinfo, 4);
 	tupstore = outbox_begin_srf(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
 	if (n[0] == 0)
 		return (Datum) 0;
 
 	outbox_spi_connect();
-	outbox_execute(OUTBOX_PLAN_ENQUEUE_BATCH, values, nulls,
+	outbox_execute(t, OUTBOX_PLAN_ENQUEUE_BATCH, values, nulls,
 				   SPI_OK_INSERT_RETURNING);
 	if (SPI_processed != (uint64) n[0])
 		elog(ERROR, "outbox batch insert returned " UINT64_FORMAT " rows, expected %d",
@@ -464,6 +483,7 @@ outbox_enqueue_batch(PG_FUNCTION_ARGS)
 Datum
 outbox_wait(PG_FUNCTION_ARGS)
 {
+	OutboxTable *t;
 	Datum		values[1];
 	char		nulls[1] = {' '};
 	OutboxPlanId plan;
@@ -476,6 +496,7 @@ outbox_wait(PG_FUNCTION_ARGS)
 	values[0] = outbox_null_text(fcinfo, 1, &nulls[0]);
 	plan = nulls[0] == 'n' ? OUTBOX_PLAN_EXISTS : OUTBOX_PLAN_EXISTS_R;
 
+	t = outbox_target(fcinfo, 2);
 	/* the deadline is "now + timeout"; a huge timeout is capped at a day */
 	{
 		Interval   *timeout = PG_GETARG_INTERVAL_P(0);
@@ -500,7 +521,7 @@ outbox_wait(PG_FUNCTION_ARGS)
 		if (db != NULL)
 			ConditionVariablePrepareToSleep(&db->pending_cv);
 
-		found = outbox_run(plan, values, nulls, SPI_OK_SELECT) > 0;
+		found = outbox_run(t, plan, values, nulls, SPI_OK_SELECT) > 0;
 
 		remaining = TimestampDifferenceMilliseconds(GetCurrentTimestamp(),
 													deadline);
@@ -575,7 +596,7 @@ outbox_activity(PG_FUNCTION_ARGS)
 										 GetCurrentTimestamp(),
 										 OUTBOX_RECOUNT_MS))) &&
 			outbox_installed())
-			outbox_sync_backlog(mine);
+			outbox_sync_backlog(outbox_default_table(), mine);
 	}
 
 	for (i = 0; i < OUTBOX_MAX_DATABASES; i++)
@@ -627,7 +648,8 @@ outbox_int64_cmp(const void *a, const void *b)
  * acked.  Returns the number of rows this call acked.
  */
 static uint64
-outbox_ack_internal(Datum ids, Datum recipient, char recipient_null)
+outbox_ack_internal(OutboxTable *t, Datum ids, Datum recipient,
+					char recipient_null)
 {
 	Datum		values[2];
 	char		nulls[2] = {' ', recipient_null};
@@ -651,13 +673,13 @@ outbox_ack_internal(Datum ids, Datum recipient, char recipient_null)
 	if (recipient_null == 'n' &&
 		ArrayGetNItems(ARR_NDIM(DatumGetArrayTypeP(ids)),
 					   ARR_DIMS(DatumGetArrayTypeP(ids))) == 1 &&
-		outbox_execute(OUTBOX_PLAN_ACK_FINISH, values, NULL, SPI_OK_UPDATE) == 1)
+		outbox_execute(t, OUTBOX_PLAN_ACK_FINISH, values, NULL, SPI_OK_UPDATE) == 1)
 	{
 		SPI_finish();
 		return 1;
 	}
 
-	nlocked = outbox_execute(recipient_null == 'n' ?
+	nlocked = outbox_execute(t, recipient_null == 'n' ?
 							 OUTBOX_PLAN_ACK_LOCK : OUTBOX_PLAN_ACK_LOCK_R,
 							 values, nulls, SPI_OK_SELECT);
 	if (nlocked == 0)
@@ -684,14 +706,14 @@ outbox_ack_internal(Datum ids, Datum recipient, char recipient_null)
 													INT8OID, sizeof(int64),
 													FLOAT8PASSBYVAL,
 													TYPALIGN_DOUBLE));
-		outbox_execute(OUTBOX_PLAN_ACK_DELIVER, values, NULL, SPI_OK_UPDATE);
+		outbox_execute(t, OUTBOX_PLAN_ACK_DELIVER, values, NULL, SPI_OK_UPDATE);
 	}
 
 	values[0] = PointerGetDatum(construct_array(locked, (int) nlocked,
 												INT8OID, sizeof(int64),
 												FLOAT8PASSBYVAL,
 												TYPALIGN_DOUBLE));
-	count = outbox_execute(OUTBOX_PLAN_ACK_FINISH, values, NULL, SPI_OK_UPDATE);
+	count = outbox_execute(t, OUTBOX_PLAN_ACK_FINISH, values, NULL, SPI_OK_UPDATE);
 	SPI_finish();
 
 	return count;
@@ -702,6 +724,32 @@ outbox_ack_internal(Datum ids, Datum recipient, char recipient_null)
  * Argument checks and result helpers
  * ---------------------------------------------------------------------
  */
+
+/*
+ * outbox_target
+ *
+ * The outbox a call works on: its argument argno, the trailing "outbox
+ * regclass" of 1.2, when given and not NULL, else the default outbox (also
+ * when the SQL declaration of an older version has no such argument).
+ */
+static OutboxTable *
+outbox_target(FunctionCallInfo fcinfo, int argno)
+{
+	OutboxTable *table = outbox_default_table();
+	Oid			relid;
+
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return table;
+	relid = PG_GETARG_OID(argno);
+	if (relid != outbox_table_relid(table))
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("relation \"%s\" is not an outbox",
+						DatumGetCString(DirectFunctionCall1(regclassout,
+															ObjectIdGetDatum(relid)))),
+				 errhint("Make it one with outbox_create() or outbox_attach().")));
+	return table;
+}
 
 /*
  * outbox_check_text

@@ -98,9 +98,9 @@ static uint64 outbox_insert_generation = 1;
 /*
  * outbox_insert_row
  *
- * outbox_enqueue's insert without SQL: values/nulls are recipient, kind,
- * payload and tenant_id.  The row goes through the executor's row-level
- * insert: BEFORE ROW triggers (the state guard), stored generated columns,
+ * outbox_enqueue's insert into table without SQL: values/nulls are
+ * recipient, kind, payload and tenant_id.  The row goes through the
+ * executor's row-level insert: BEFORE ROW triggers (the state guard), stored generated columns,
  * NOT NULL and CHECK constraints, heap and index insert, AFTER ROW triggers
  * (the wake-up), fired at the end as for a statement.
  *
@@ -112,7 +112,8 @@ static uint64 outbox_insert_generation = 1;
  * triggers see what an INSERT would.  Raises what the INSERT would raise.
  */
 bool
-outbox_insert_row(Datum *values, const char *nulls, int64 *id)
+outbox_insert_row(OutboxTable *table, Datum *values, const char *nulls,
+				  int64 *id)
 {
 	Relation	rel;
 	const OutboxColumns *cols;
@@ -133,7 +134,7 @@ outbox_insert_row(Datum *values, const char *nulls, int64 *id)
 		PreventCommandIfReadOnly("INSERT");
 	PreventCommandIfParallelMode("INSERT");
 
-	rel = table_open(outbox_table_oid(), RowExclusiveLock);
+	rel = table_open(outbox_table_relid(table), RowExclusiveLock);
 	cols = outbox_columns(rel, "outbox_enqueue");
 	cache = outbox_insert_prepare(rel);
 	if (cache == NULL ||

@@ -13,7 +13,10 @@
 #ifndef OUTBOX_INSERT_H
 #define OUTBOX_INSERT_H
 
-extern bool outbox_insert_row(Datum *values, const char *nulls, int64 *id);
+#include "outbox_table.h"
+
+extern bool outbox_insert_row(OutboxTable *table, Datum *values,
+							  const char *nulls, int64 *id);
 extern void outbox_no_row_inserted(void) pg_attribute_noreturn();
 
 /* registered by _PG_init */

@@ -1,18 +1,21 @@
 /*-------------------------------------------------------------------------
  *
  * outbox_table.c
- *		Finding the outbox table, its prepared statements, and the row
- *		operations shared by the SQL functions and the worker.
+ *		Finding outbox tables, by OID, and what the statements on them need.
  *
- * The C code never finds its table through search_path: the extension's
- * table is found by OID (the plain table that is a member of the extension
- * in pg_depend), its schema-qualified name is quoted into every statement,
- * and every operator and function in those statements is qualified.
+ * The C code never finds a table through search_path: the extension's own
+ * table (the default outbox) is the plain table recorded in pg_depend as a
+ * member of the extension, and every other outbox is named by OID.  Each
+ * table's schema-qualified, quoted name is built from the catalogs and
+ * quoted into the statements prepared on it (outbox_plans.c), whose
+ * operators and functions are all qualified too.
  *
- * Every statement that touches several rows either skips locked rows
- * (claim, reclaim, purge) or locks its rows in ascending id order before
- * changing them (ack, release, resync, reassign), so no two of them can
- * deadlock each other.
+ * Each table this backend has used has an OutboxTable entry, which keeps
+ * that name, the expression turning one of its rows into the default
+ * outbox's row type (the type the claim and replay functions return), and
+ * the statements prepared on it, per user.  An invalidation of the table,
+ * or of any schema, marks the entry for a re-check at next use; a changed
+ * name or row shape drops its statements.
  *
  * Copyright (c) 2026, delivery_outbox developers
  *
@@ -25,6 +28,7 @@
 
 #include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/relation.h"
 #include "access/table.h"
 #include "catalog/dependency.h"
 #include "catalog/indexing.h"
@@ -33,385 +37,418 @@
 #include "catalog/pg_extension.h"
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
-#include "executor/spi.h"
+#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
-#include "utils/guc.h"
+#include "utils/hsearch.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/rel.h"
 
 #include "delivery_outbox.h"
-#include "outbox_shmem.h"
 #include "outbox_table.h"
-#include "outbox_xact.h"
 
 /* The name of the extension's table. */
 #define OUTBOX_TABLE_NAME		"delivery_outbox"
 
-static Oid	outbox_member_table(Oid ext_oid);
-static Oid	outbox_extension_table(void);
-static void outbox_reset_cache(void);
-static SPIPlanPtr outbox_plan(OutboxPlanId id);
-static uint64 outbox_cutoff_rows(OutboxPlanId id, int expected,
-								 TimestampTz cutoff, int64 max_rows);
-
-/* Where the extension's table is, resolved once per backend. */
-static Oid	outbox_ext_oid = InvalidOid;
-static Oid	outbox_rel_oid = InvalidOid;
-static char *outbox_qualified_table = NULL;
-static bool outbox_cache_stale = false;
-static MemoryContext OutboxCacheContext = NULL;
-
-/*
- * The kept statements, one set per user they were planned as (see
- * outbox_plan), in OutboxCacheContext; the set last used.
- */
+/* The statements of one table, prepared for one user. */
 typedef struct OutboxPlanSet
 {
 	Oid			userid;
-	SPIPlanPtr	plans[OUTBOX_NUM_PLANS];
+	SPIPlanPtr	plans[OUTBOX_NUM_PLANS_MAX];
 } OutboxPlanSet;
 
-static List *outbox_plan_sets = NIL;
-static OutboxPlanSet *outbox_plan_set = NULL;
-
-/*
- * The statements, one entry per OutboxPlanId: the text, in which %1$s is the
- * table's qualified name, and the parameter types.  Every operator and
- * function is qualified, the state literals stay literal (so the partial
- * indexes' predicates are proven from the query text, whatever the
- * parameter values), and each multi-row change either skips locked rows or
- * first locks its rows ORDER BY id.
- *
- * Where rows are found by id (acks, release, the UPDATE half of every
- * lock-then-update), the state is re-checked in function form,
- * pg_catalog.texteq(): the same test, but one no partial index predicate can
- * be proven from, so the planner cannot trade the primary key lookup for a
- * scan of a whole partial index, with or without statistics.
- */
-typedef struct OutboxPlanDef
+struct OutboxTable
 {
-	const char *sql;
-	Oid			argtypes[OUTBOX_PLAN_MAX_ARGS];	/* InvalidOid-terminated */
-} OutboxPlanDef;
-
-#define OUTBOX_OPEN_STATES \
-	"ANY ('{pending,delivered}'::pg_catalog.text[])"
-
-/* the claim: pending rows in id order, optionally one recipient's/tenant's */
-#define OUTBOX_CLAIM_SQL(filter) \
-	"WITH c AS (" \
-	"SELECT id FROM %1$s" \
-	" WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'" filter \
-	" ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)," \
-	" u AS (" \
-	"UPDATE %1$s o SET delivery_state = 'delivered' FROM c" \
-	" WHERE o.id OPERATOR(pg_catalog.=) c.id" \
-	" AND pg_catalog.texteq(o.delivery_state, 'pending')" \
-	" RETURNING o)" \
-	" SELECT u.o FROM u ORDER BY (u.o).id"
-#define OUTBOX_BY_RECIPIENT	" AND recipient OPERATOR(pg_catalog.=) $2"
-#define OUTBOX_BY_TENANT	" AND tenant_id OPERATOR(pg_catalog.=) $3"
-
-/* the acks' lock: open rows by id, in id order */
-#define OUTBOX_ACK_LOCK_SQL(filter) \
-	"SELECT id, delivery_state OPERATOR(pg_catalog.=) 'pending'" \
-	" FROM %1$s" \
-	" WHERE id OPERATOR(pg_catalog.=) ANY ($1)" \
-	" AND NOT pg_catalog.texteq(delivery_state, 'acked')" filter \
-	" ORDER BY id FOR UPDATE"
-
-/* the reconnect resync: a recipient's delivered rows back to pending */
-#define OUTBOX_RESYNC_SQL(tenant) \
-	"WITH l AS (" \
-	"SELECT id FROM %1$s" \
-	" WHERE recipient OPERATOR(pg_catalog.=) $1" \
-	" AND delivery_state OPERATOR(pg_catalog.=) 'delivered'" \
-	" AND " tenant \
-	" ORDER BY id FOR UPDATE)" \
-	" UPDATE %1$s o SET delivery_state = 'pending' FROM l" \
-	" WHERE o.id OPERATOR(pg_catalog.=) l.id" \
-	" AND pg_catalog.texteq(o.delivery_state, 'delivered')"
-
-/* the replay: a recipient's open rows after an id */
-#define OUTBOX_REPLAY_SQL(filter) \
-	"SELECT o FROM %1$s o" \
-	" WHERE recipient OPERATOR(pg_catalog.=) $1" \
-	" AND delivery_state OPERATOR(pg_catalog.=) " OUTBOX_OPEN_STATES \
-	" AND id OPERATOR(pg_catalog.>) $2" filter \
-	" ORDER BY id LIMIT $3"
-
-/* outbox_wait's probe: is there a pending row (of a recipient)? */
-#define OUTBOX_EXISTS_SQL(filter) \
-	"SELECT 1 FROM %1$s" \
-	" WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'" filter \
-	" LIMIT 1"
-
-#define OUTBOX_CLAIM_ARGS	{INT8OID, TEXTOID, TEXTOID}
-#define OUTBOX_REPLAY_ARGS	{TEXTOID, INT8OID, INT8OID, TEXTOID}
-
-static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
-	[OUTBOX_PLAN_ENQUEUE] = {
-		"INSERT INTO %1$s (recipient, kind, payload, tenant_id)"
-		" VALUES ($1, $2, $3, $4) RETURNING id",
-		{TEXTOID, TEXTOID, BYTEAOID, TEXTOID}
-	},
-	[OUTBOX_PLAN_CLAIM] = {OUTBOX_CLAIM_SQL(""), OUTBOX_CLAIM_ARGS},
-	[OUTBOX_PLAN_CLAIM_R] = {OUTBOX_CLAIM_SQL(OUTBOX_BY_RECIPIENT), OUTBOX_CLAIM_ARGS},
-	[OUTBOX_PLAN_CLAIM_T] = {OUTBOX_CLAIM_SQL(OUTBOX_BY_TENANT), OUTBOX_CLAIM_ARGS},
-	[OUTBOX_PLAN_CLAIM_RT] = {
-		OUTBOX_CLAIM_SQL(OUTBOX_BY_RECIPIENT OUTBOX_BY_TENANT),
-		OUTBOX_CLAIM_ARGS
-	},
-	[OUTBOX_PLAN_ACK_LOCK] = {OUTBOX_ACK_LOCK_SQL(""), {INT8ARRAYOID, TEXTOID}},
-	[OUTBOX_PLAN_ACK_LOCK_R] = {
-		OUTBOX_ACK_LOCK_SQL(OUTBOX_BY_RECIPIENT),
-		{INT8ARRAYOID, TEXTOID}
-	},
-	[OUTBOX_PLAN_ACK_DELIVER] = {
-		"UPDATE %1$s SET delivery_state = 'delivered'"
-		" WHERE id OPERATOR(pg_catalog.=) ANY ($1)"
-		" AND pg_catalog.texteq(delivery_state, 'pending')",
-		{INT8ARRAYOID}
-	},
-	[OUTBOX_PLAN_ACK_FINISH] = {
-		"UPDATE %1$s SET delivery_state = 'acked'"
-		" WHERE id OPERATOR(pg_catalog.=) ANY ($1)"
-		" AND pg_catalog.texteq(delivery_state, 'delivered')",
-		{INT8ARRAYOID}
-	},
-	[OUTBOX_PLAN_RELEASE] = {
-		"WITH l AS ("
-		"SELECT id FROM %1$s"
-		" WHERE id OPERATOR(pg_catalog.=) ANY ($1)"
-		" AND pg_catalog.texteq(delivery_state, 'delivered')"
-		" ORDER BY id FOR UPDATE)"
-		" UPDATE %1$s o SET delivery_state = 'pending' FROM l"
-		" WHERE o.id OPERATOR(pg_catalog.=) l.id"
-		" AND pg_catalog.texteq(o.delivery_state, 'delivered')",
-		{INT8ARRAYOID}
-	},
-	[OUTBOX_PLAN_RECLAIM] = {
-		"WITH c AS ("
-		"SELECT id FROM %1$s"
-		" WHERE delivery_state OPERATOR(pg_catalog.=) 'delivered'"
-		" AND delivered_at OPERATOR(pg_catalog.<) $1"
-		" ORDER BY delivered_at LIMIT $2 FOR UPDATE SKIP LOCKED)"
-		" UPDATE %1$s o SET delivery_state = 'pending' FROM c"
-		" WHERE o.id OPERATOR(pg_catalog.=) c.id"
-		" AND pg_catalog.texteq(o.delivery_state, 'delivered')",
-		{TIMESTAMPTZOID, INT8OID}
-	},
-	[OUTBOX_PLAN_RESYNC] = {
-		OUTBOX_RESYNC_SQL("tenant_id OPERATOR(pg_catalog.=) $2"),
-		{TEXTOID, TEXTOID}
-	},
-	[OUTBOX_PLAN_RESYNC_NULL_TENANT] = {
-		OUTBOX_RESYNC_SQL("tenant_id IS NULL"),
-		{TEXTOID, TEXTOID}
-	},
-	[OUTBOX_PLAN_REASSIGN] = {
-		"WITH l AS ("
-		"SELECT id FROM %1$s"
-		" WHERE recipient OPERATOR(pg_catalog.=) $1"
-		" AND delivery_state OPERATOR(pg_catalog.=) " OUTBOX_OPEN_STATES
-		" ORDER BY id FOR UPDATE)"
-		" UPDATE %1$s o SET recipient = $2, delivery_state = 'pending'"
-		" FROM l WHERE o.id OPERATOR(pg_catalog.=) l.id"
-		" AND NOT pg_catalog.texteq(o.delivery_state, 'acked')",
-		{TEXTOID, TEXTOID}
-	},
-	[OUTBOX_PLAN_REPLAY] = {OUTBOX_REPLAY_SQL(""), OUTBOX_REPLAY_ARGS},
-	[OUTBOX_PLAN_REPLAY_T] = {
-		OUTBOX_REPLAY_SQL(" AND tenant_id OPERATOR(pg_catalog.=) $4"),
-		OUTBOX_REPLAY_ARGS
-	},
-	[OUTBOX_PLAN_PURGE] = {
-		"WITH d AS ("
-		"SELECT id FROM %1$s"
-		" WHERE delivery_state OPERATOR(pg_catalog.=) 'acked'"
-		" AND acked_at OPERATOR(pg_catalog.<) $1"
-		" ORDER BY acked_at LIMIT $2 FOR UPDATE SKIP LOCKED)"
-		" DELETE FROM %1$s o USING d"
-		" WHERE o.id OPERATOR(pg_catalog.=) d.id",
-		{TIMESTAMPTZOID, INT8OID}
-	},
-	[OUTBOX_PLAN_STATS] = {
-		"SELECT"
-		" pg_catalog.count(*) FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'),"
-		" pg_catalog.count(*) FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'delivered'),"
-		" pg_catalog.count(*) FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'acked'),"
-		" $1 OPERATOR(pg_catalog.-) pg_catalog.min(created_at)"
-		" FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'),"
-		" $1 OPERATOR(pg_catalog.-) pg_catalog.min(delivered_at)"
-		" FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'delivered'),"
-		" pg_catalog.count(DISTINCT recipient)"
-		" FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) " OUTBOX_OPEN_STATES ")"
-		" FROM %1$s",
-		{TIMESTAMPTZOID}
-	},
-	[OUTBOX_PLAN_ENQUEUE_BATCH] = {
-		"INSERT INTO %1$s (recipient, kind, payload, tenant_id)"
-		" SELECT r, k, p, t"
-		" FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2),"
-		" pg_catalog.unnest($3), pg_catalog.unnest($4))"
-		" WITH ORDINALITY AS u(r, k, p, t, n)"
-		" ORDER BY n RETURNING id",
-		{TEXTARRAYOID, TEXTARRAYOID, BYTEAARRAYOID, TEXTARRAYOID}
-	},
-	[OUTBOX_PLAN_EXISTS] = {OUTBOX_EXISTS_SQL(""), {TEXTOID}},
-	[OUTBOX_PLAN_EXISTS_R] = {
-		OUTBOX_EXISTS_SQL(" AND recipient OPERATOR(pg_catalog.=) $1"),
-		{TEXTOID}
-	},
-	[OUTBOX_PLAN_BACKLOG] = {
-		"SELECT"
-		" pg_catalog.count(*) FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'),"
-		" pg_catalog.count(*) FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'delivered')"
-		" FROM %1$s"
-		" WHERE delivery_state OPERATOR(pg_catalog.=) " OUTBOX_OPEN_STATES,
-		{InvalidOid}
-	},
+	Oid			relid;			/* hash key */
+	bool		valid;			/* false: re-check at next use */
+	MemoryContext cxt;			/* the strings and plan sets below */
+	char	   *name;			/* quoted "schema"."table" */
+	char	   *row_expr;		/* its row o as the default outbox's row type */
+	bool		utc;			/* timestamps are "timestamp", read as UTC */
+	List	   *plan_sets;		/* OutboxPlanSet, one per user */
+	OutboxPlanSet *plan_set;	/* the one last used */
 };
+
+static OutboxTable *outbox_table_entry(Oid relid);
+static bool outbox_table_check(OutboxTable *table);
+static void outbox_table_forget(OutboxTable *table);
+static void outbox_table_clear(OutboxTable *table);
+static char *outbox_row_expr(Relation rel, Relation def, bool *utc);
+static Oid	outbox_member_table(Oid ext_oid);
+static Oid	outbox_extension_table(void);
+
+/* The tables this backend knows, by OID (in TopMemoryContext). */
+static HTAB *outbox_tables = NULL;
+
+/* The extension and its own table, found once per backend. */
+static Oid	outbox_ext_oid = InvalidOid;
+static Oid	outbox_default_relid = InvalidOid;
+static bool outbox_default_stale = false;
 
 /*
  * outbox_table_relcache_callback
  *
- * Any invalidation of the outbox table (or of everything) makes us re-check,
- * at next use, that the cached OIDs still name the extension's table.
- * Nothing is freed here: this can run at almost any point.
+ * An invalidation of a table (or of every relation) marks its entry for a
+ * re-check at next use, and the default outbox's for a look at whether the
+ * extension is still the one it belonged to.  Nothing is freed here: this
+ * can run at almost any point.
  */
 void
 outbox_table_relcache_callback(Datum arg, Oid relid)
 {
-	if (!OidIsValid(relid) || relid == outbox_rel_oid)
-		outbox_cache_stale = true;
+	if (!OidIsValid(relid) || relid == outbox_default_relid)
+		outbox_default_stale = true;
+	if (outbox_tables == NULL)
+		return;
+	if (OidIsValid(relid))
+	{
+		OutboxTable *table = hash_search(outbox_tables, &relid, HASH_FIND, NULL);
+
+		if (table != NULL)
+			table->valid = false;
+	}
+	else
+		outbox_table_syscache_callback(arg, 0, 0);
 }
 
 /*
  * outbox_table_syscache_callback
  *
- * A schema was renamed (or otherwise changed): re-check the table's
+ * A schema was renamed (or otherwise changed): re-check every table's
  * qualified name at next use.
  */
 void
 outbox_table_syscache_callback(Datum arg, int cacheid, uint32 hashvalue)
 {
-	outbox_cache_stale = true;
+	HASH_SEQ_STATUS status;
+	OutboxTable *table;
+
+	outbox_default_stale = true;
+	if (outbox_tables == NULL)
+		return;
+	hash_seq_init(&status, outbox_tables);
+	while ((table = hash_seq_search(&status)) != NULL)
+		table->valid = false;
 }
 
 /*
- * outbox_reset_cache
+ * outbox_default_table
  *
- * Forget the table's location and the statements built on it.
+ * The extension's own table.  Raises 42704 when the extension is not
+ * installed in this database, 42P01 when its table is gone.  The table is
+ * found again after the extension was dropped and recreated.
  */
-static void
-outbox_reset_cache(void)
+OutboxTable *
+outbox_default_table(void)
 {
-	ListCell   *lc;
-	int			i;
-
-	foreach(lc, outbox_plan_sets)
+	if (OidIsValid(outbox_default_relid) && outbox_default_stale)
 	{
-		OutboxPlanSet *set = lfirst(lc);
-
-		for (i = 0; i < OUTBOX_NUM_PLANS; i++)
+		outbox_default_stale = false;
+		if (get_extension_oid(OUTBOX_EXTENSION_NAME, true) != outbox_ext_oid ||
+			get_rel_name(outbox_default_relid) == NULL)
 		{
-			if (set->plans[i] != NULL)
-				SPI_freeplan(set->plans[i]);
+			OutboxTable *table = NULL;
+
+			if (outbox_tables != NULL)
+				table = hash_search(outbox_tables, &outbox_default_relid,
+									HASH_FIND, NULL);
+			if (table != NULL)
+				outbox_table_forget(table);
+			outbox_default_relid = InvalidOid;
+			outbox_ext_oid = InvalidOid;
 		}
 	}
-	outbox_plan_sets = NIL;
-	outbox_plan_set = NULL;
-	if (OutboxCacheContext != NULL)
-		MemoryContextReset(OutboxCacheContext);
-	outbox_qualified_table = NULL;
-	outbox_ext_oid = InvalidOid;
-	outbox_rel_oid = InvalidOid;
-	outbox_cache_stale = false;
-}
 
-/*
- * outbox_table
- *
- * The schema-qualified, quoted name of the extension's table.  The table is
- * found by OID, as the plain table that is a member of the extension
- * (pg_depend), and its schema and name are read from the catalogs; nothing
- * goes through search_path.  The name is rebuilt (and the statements built on
- * it dropped) when the table, its schema or the extension changes, so a
- * renamed schema or a same-named table elsewhere cannot redirect us.  Raises
- * 42704 when the extension is not installed in this database.
- */
-const char *
-outbox_table(void)
-{
-	if (OidIsValid(outbox_rel_oid) && outbox_cache_stale)
+	if (!OidIsValid(outbox_default_relid))
 	{
-		char	   *relname = get_rel_name(outbox_rel_oid);
-		char	   *nspname = get_namespace_name(get_rel_namespace(outbox_rel_oid));
-		char	   *current = NULL;
+		Oid			ext_oid = get_extension_oid(OUTBOX_EXTENSION_NAME, true);
+		Oid			relid;
 
-		if (relname != NULL && nspname != NULL &&
-			get_extension_oid(OUTBOX_EXTENSION_NAME, true) == outbox_ext_oid)
-			current = quote_qualified_identifier(nspname, relname);
-		if (current == NULL || strcmp(current, outbox_qualified_table) != 0)
-			outbox_reset_cache();
-		outbox_cache_stale = false;
-	}
-
-	if (!OidIsValid(outbox_rel_oid))
-	{
-		Oid			ext_oid;
-		Oid			rel_oid;
-		char	   *relname;
-		char	   *nspname;
-
-		ext_oid = get_extension_oid(OUTBOX_EXTENSION_NAME, true);
 		if (!OidIsValid(ext_oid))
 			ereport(ERROR,
 					(errcode(ERRCODE_UNDEFINED_OBJECT),
 					 errmsg("extension \"%s\" is not installed in this database",
 							OUTBOX_EXTENSION_NAME),
 					 errhint("Run CREATE EXTENSION %s.", OUTBOX_EXTENSION_NAME)));
-
-		rel_oid = outbox_member_table(ext_oid);
-		relname = OidIsValid(rel_oid) ? get_rel_name(rel_oid) : NULL;
-		nspname = OidIsValid(rel_oid) ?
-			get_namespace_name(get_rel_namespace(rel_oid)) : NULL;
-		if (relname == NULL || nspname == NULL)
+		relid = outbox_member_table(ext_oid);
+		if (!OidIsValid(relid) || get_rel_name(relid) == NULL)
 			ereport(ERROR,
 					(errcode(ERRCODE_UNDEFINED_TABLE),
 					 errmsg("table \"%s\" of extension \"%s\" does not exist",
 							OUTBOX_TABLE_NAME, OUTBOX_EXTENSION_NAME),
 					 errhint("Recreate the extension with DROP EXTENSION and CREATE EXTENSION.")));
-
-		if (OutboxCacheContext == NULL)
-			OutboxCacheContext = AllocSetContextCreate(TopMemoryContext,
-													   "delivery_outbox cache",
-													   ALLOCSET_SMALL_SIZES);
-		outbox_qualified_table =
-			MemoryContextStrdup(OutboxCacheContext,
-								quote_qualified_identifier(nspname, relname));
 		outbox_ext_oid = ext_oid;
-		outbox_rel_oid = rel_oid;
-		outbox_cache_stale = false;
+		outbox_default_relid = relid;
+		outbox_default_stale = false;
 	}
 
-	return outbox_qualified_table;
+	return outbox_table_entry(outbox_default_relid);
 }
 
 /*
- * outbox_table_oid
+ * outbox_table_entry
  *
- * The OID of the extension's table, found as outbox_table() finds it.
+ * The entry of the table with OID relid, made or re-checked as needed.
+ * Raises 42P01 when the table no longer exists.
+ */
+static OutboxTable *
+outbox_table_entry(Oid relid)
+{
+	OutboxTable *table;
+	bool		found;
+
+	if (outbox_tables == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(Oid);
+		ctl.entrysize = sizeof(OutboxTable);
+		outbox_tables = hash_create("delivery_outbox tables", 16, &ctl,
+									HASH_ELEM | HASH_BLOBS);
+	}
+	table = hash_search(outbox_tables, &relid, HASH_ENTER, &found);
+	if (!found)
+	{
+		table->valid = false;
+		table->cxt = NULL;
+		table->name = NULL;
+		table->row_expr = NULL;
+		table->utc = false;
+		table->plan_sets = NIL;
+		table->plan_set = NULL;
+	}
+	if (!table->valid && !outbox_table_check(table))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("outbox table with OID %u does not exist", relid)));
+	return table;
+}
+
+/*
+ * outbox_table_check
+ *
+ * Re-read a table's name and row shape from the catalogs; when either
+ * changed, drop the statements prepared on the old ones.  Returns false, the
+ * entry gone, when the table no longer exists.
+ */
+static bool
+outbox_table_check(OutboxTable *table)
+{
+	char	   *relname = get_rel_name(table->relid);
+	char	   *nspname;
+	char	   *name;
+	char	   *row_expr;
+	bool		utc = false;
+	MemoryContext old;
+
+	if (relname == NULL ||
+		(nspname = get_namespace_name(get_rel_namespace(table->relid))) == NULL)
+	{
+		outbox_table_forget(table);
+		return false;
+	}
+	name = quote_qualified_identifier(nspname, relname);
+
+	if (table->relid == outbox_default_relid)
+		row_expr = pstrdup("o");
+	else
+	{
+		Relation	rel = relation_open(table->relid, AccessShareLock);
+		Relation	def = relation_open(outbox_default_table()->relid,
+										AccessShareLock);
+
+		row_expr = outbox_row_expr(rel, def, &utc);
+		relation_close(def, AccessShareLock);
+		relation_close(rel, AccessShareLock);
+	}
+
+	/* a changed name or shape: drop everything built on the old one */
+	if (table->name != NULL &&
+		(strcmp(table->name, name) != 0 ||
+		 strcmp(table->row_expr, row_expr) != 0 || table->utc != utc))
+		outbox_table_clear(table);
+	if (table->cxt == NULL)
+	{
+		table->cxt = AllocSetContextCreate(TopMemoryContext,
+										   "delivery_outbox table",
+										   ALLOCSET_SMALL_SIZES);
+		old = MemoryContextSwitchTo(table->cxt);
+		table->name = pstrdup(name);
+		table->row_expr = pstrdup(row_expr);
+		table->utc = utc;
+		MemoryContextSwitchTo(old);
+	}
+	table->valid = true;
+	return true;
+}
+
+/*
+ * outbox_table_forget
+ *
+ * Free a table's statements and remove its entry.
+ */
+static void
+outbox_table_forget(OutboxTable *table)
+{
+	Oid			relid = table->relid;
+
+	outbox_table_clear(table);
+	hash_search(outbox_tables, &relid, HASH_REMOVE, NULL);
+}
+
+/*
+ * outbox_table_clear
+ *
+ * Free a table's statements and strings, keeping the entry.
+ */
+static void
+outbox_table_clear(OutboxTable *table)
+{
+	ListCell   *lc;
+	int			i;
+
+	foreach(lc, table->plan_sets)
+	{
+		OutboxPlanSet *set = lfirst(lc);
+
+		for (i = 0; i < OUTBOX_NUM_PLANS_MAX; i++)
+		{
+			if (set->plans[i] != NULL)
+				SPI_freeplan(set->plans[i]);
+		}
+	}
+	if (table->cxt != NULL)
+		MemoryContextDelete(table->cxt);
+	table->cxt = NULL;
+	table->name = NULL;
+	table->row_expr = NULL;
+	table->plan_sets = NIL;
+	table->plan_set = NULL;
+	table->valid = false;
+}
+
+/*
+ * outbox_row_expr
+ *
+ * The expression, on alias o for a row of rel, that makes it a row of the
+ * default outbox's type def: its columns by name, in def's order, a missing
+ * one NULL, and a "timestamp" column (UTC) made timestamptz.  Sets *utc
+ * when rel's created_at is a "timestamp".
+ */
+static char *
+outbox_row_expr(Relation rel, Relation def, bool *utc)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	TupleDesc	defdesc = RelationGetDescr(def);
+	StringInfoData buf;
+	int			i;
+	int			j;
+
+	initStringInfo(&buf);
+	appendStringInfoString(&buf, "ROW(");
+	for (i = 0; i < defdesc->natts; i++)
+	{
+		Form_pg_attribute want = TupleDescAttr(defdesc, i);
+		Form_pg_attribute have = NULL;
+
+		if (want->attisdropped)
+			continue;
+		for (j = 0; j < desc->natts && have == NULL; j++)
+		{
+			Form_pg_attribute att = TupleDescAttr(desc, j);
+
+			if (!att->attisdropped &&
+				strcmp(NameStr(att->attname), NameStr(want->attname)) == 0)
+				have = att;
+		}
+		if (buf.len > 4)
+			appendStringInfoString(&buf, ", ");
+		if (have == NULL)
+			appendStringInfo(&buf, "NULL::%s",
+							 format_type_with_typemod(want->atttypid,
+													  want->atttypmod));
+		else if (have->atttypid == TIMESTAMPOID &&
+				 want->atttypid == TIMESTAMPTZOID)
+		{
+			appendStringInfo(&buf, "pg_catalog.timezone('UTC'::pg_catalog.text, o.%s)",
+							 quote_identifier(NameStr(have->attname)));
+			if (strcmp(NameStr(have->attname), "created_at") == 0)
+				*utc = true;
+		}
+		else
+			appendStringInfo(&buf, "o.%s",
+							 quote_identifier(NameStr(have->attname)));
+	}
+	appendStringInfo(&buf, ")::%s",
+					 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(def)),
+												RelationGetRelationName(def)));
+	return buf.data;
+}
+
+/*
+ * Accessors.
  */
 Oid
-outbox_table_oid(void)
+outbox_table_relid(OutboxTable *table)
 {
-	(void) outbox_table();
-	return outbox_rel_oid;
+	return table->relid;
+}
+
+const char *
+outbox_table_name(OutboxTable *table)
+{
+	return table->name;
+}
+
+const char *
+outbox_table_row_expr(OutboxTable *table)
+{
+	return table->row_expr;
+}
+
+bool
+outbox_table_utc(OutboxTable *table)
+{
+	return table->utc;
+}
+
+/*
+ * outbox_table_plans
+ *
+ * The statements of a table prepared for the current user (NULL where not
+ * prepared yet), to be filled by outbox_plans.c.  The planner inlines a SQL
+ * function (a column default, say) only for a user who may execute it, so a
+ * plan made for one user is not run for another; the functions are
+ * SECURITY DEFINER, so there is normally one user.
+ */
+SPIPlanPtr *
+outbox_table_plans(OutboxTable *table)
+{
+	Oid			userid = GetUserId();
+	ListCell   *lc;
+	MemoryContext old;
+
+	if (table->plan_set != NULL && table->plan_set->userid == userid)
+		return table->plan_set->plans;
+	foreach(lc, table->plan_sets)
+	{
+		OutboxPlanSet *set = lfirst(lc);
+
+		if (set->userid == userid)
+		{
+			table->plan_set = set;
+			return set->plans;
+		}
+	}
+	old = MemoryContextSwitchTo(table->cxt);
+	table->plan_set = palloc0(sizeof(OutboxPlanSet));
+	table->plan_set->userid = userid;
+	table->plan_sets = lappend(table->plan_sets, table->plan_set);
+	MemoryContextSwitchTo(old);
+	return table->plan_set->plans;
 }
 
 /*
@@ -510,212 +547,4 @@ outbox_lock_table(void)
 
 	UnlockRelationOid(relid, RowExclusiveLock);
 	return false;
-}
-
-/*
- * outbox_plan
- *
- * The prepared, kept plan of one statement.  It is prepared once per backend
- * and user (and again only after the extension was dropped and recreated):
- * the planner inlines a SQL function (a column default, say) only for a user
- * who may execute it, so a plan made for one user is not run for another.
- * The functions are SECURITY DEFINER, so there is normally one user.  Safety
- * from a caller's search_path comes from every name in the statements being
- * qualified, so the plan cache may re-parse them under any path; the path is
- * also forced to pg_catalog for the first parse, as a second line.
- */
-static SPIPlanPtr
-outbox_plan(OutboxPlanId id)
-{
-	const OutboxPlanDef *def = &outbox_plan_defs[id];
-	const char *table = outbox_table();	/* may drop stale plans */
-	Oid			userid = GetUserId();
-	int			nargs;
-	char	   *sql;
-	int			save_nestlevel;
-	SPIPlanPtr	plan;
-
-	if (outbox_plan_set == NULL || outbox_plan_set->userid != userid)
-	{
-		ListCell   *lc;
-
-		outbox_plan_set = NULL;
-		foreach(lc, outbox_plan_sets)
-		{
-			if (((OutboxPlanSet *) lfirst(lc))->userid == userid)
-				outbox_plan_set = lfirst(lc);
-		}
-		if (outbox_plan_set == NULL)
-		{
-			MemoryContext old = MemoryContextSwitchTo(OutboxCacheContext);
-
-			outbox_plan_set = palloc0(sizeof(OutboxPlanSet));
-			outbox_plan_set->userid = userid;
-			outbox_plan_sets = lappend(outbox_plan_sets, outbox_plan_set);
-			MemoryContextSwitchTo(old);
-		}
-	}
-	if (outbox_plan_set->plans[id] != NULL)
-		return outbox_plan_set->plans[id];
-
-	if (def->sql == NULL)
-		elog(ERROR, "unrecognized outbox statement %d", (int) id);
-	for (nargs = 0;
-		 nargs < OUTBOX_PLAN_MAX_ARGS && OidIsValid(def->argtypes[nargs]);
-		 nargs++)
-		;
-	sql = psprintf(def->sql, table);
-
-	save_nestlevel = NewGUCNestLevel();
-	(void) set_config_option("search_path", "pg_catalog, pg_temp",
-							 PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
-	plan = SPI_prepare(sql, nargs, (Oid *) def->argtypes);
-	AtEOXact_GUC(true, save_nestlevel);
-
-	if (plan == NULL)
-		elog(ERROR, "SPI_prepare failed for \"%s\": %s",
-			 sql, SPI_result_code_string(SPI_result));
-	if (SPI_keepplan(plan) != 0)
-		elog(ERROR, "SPI_keepplan failed");
-	pfree(sql);
-
-	outbox_plan_set->plans[id] = plan;
-	return plan;
-}
-
-/*
- * outbox_spi_connect
- *
- * SPI_connect, checked.
- */
-void
-outbox_spi_connect(void)
-{
-	int			rc = SPI_connect();
-
-	if (rc != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed: %s", SPI_result_code_string(rc));
-}
-
-/*
- * outbox_execute
- *
- * Run one kept statement; the caller is connected to SPI.  Anything but the
- * expected SPI result is a can't-happen error.  Returns SPI_processed.
- */
-uint64
-outbox_execute(OutboxPlanId id, Datum *values, const char *nulls, int expected)
-{
-	SPIPlanPtr	plan = outbox_plan(id);
-	int			rc;
-
-	rc = SPI_execute_plan(plan, values, nulls, false, 0);
-	if (rc != expected)
-		elog(ERROR, "outbox statement %d returned %s, expected %s",
-			 (int) id, SPI_result_code_string(rc),
-			 SPI_result_code_string(expected));
-	return SPI_processed;
-}
-
-/*
- * outbox_run
- *
- * Run one kept statement in its own SPI connection (the "lock ORDER BY id,
- * then UPDATE" and skip-locked statements, purge's DELETE, outbox_wait's
- * probe) and return the number of rows it processed.
- */
-uint64
-outbox_run(OutboxPlanId id, Datum *values, const char *nulls, int expected)
-{
-	uint64		count;
-
-	outbox_spi_connect();
-	count = outbox_execute(id, values, nulls, expected);
-	SPI_finish();
-	return count;
-}
-
-/*
- * outbox_cutoff_rows
- *
- * Reclaim's and purge's statement: rows older than cutoff, at most
- * max_rows (all when <= 0), skipping locked rows.
- */
-static uint64
-outbox_cutoff_rows(OutboxPlanId id, int expected, TimestampTz cutoff,
-				   int64 max_rows)
-{
-	Datum		values[2];
-	char		nulls[2] = {' ', ' '};
-
-	values[0] = TimestampTzGetDatum(cutoff);
-	values[1] = Int64GetDatum(max_rows);
-	if (max_rows <= 0)
-		nulls[1] = 'n';
-	return outbox_run(id, values, nulls, expected);
-}
-
-/*
- * outbox_reclaim_rows
- *
- * The C path of outbox_reclaim(), shared with the sweeper: rows delivered
- * before cutoff back to pending, at most max_rows (all when <= 0), skipping
- * locked rows.  Returns the number reclaimed.
- */
-uint64
-outbox_reclaim_rows(TimestampTz cutoff, int64 max_rows)
-{
-	return outbox_cutoff_rows(OUTBOX_PLAN_RECLAIM, SPI_OK_UPDATE, cutoff,
-							  max_rows);
-}
-
-/*
- * outbox_purge_rows
- *
- * The C path of outbox_purge(), shared with the sweeper: delete acked rows
- * acked before cutoff, at most max_rows (all when <= 0), skipping locked
- * rows.  Returns the number deleted.
- */
-uint64
-outbox_purge_rows(TimestampTz cutoff, int64 max_rows)
-{
-	return outbox_cutoff_rows(OUTBOX_PLAN_PURGE, SPI_OK_DELETE, cutoff,
-							  max_rows);
-}
-
-/*
- * outbox_sync_backlog
- *
- * Count the open rows per state (from the open-row index, O(open rows)) and
- * make the counts the backlog gauges.  Transactions committing meanwhile may
- * leave the gauges off by their own rows until the next count; the sweeper
- * re-counts at every pass.
- */
-void
-outbox_sync_backlog(OutboxDatabase *db)
-{
-	bool		isnull;
-
-	if (db == NULL)
-		return;
-	outbox_spi_connect();
-	outbox_execute(OUTBOX_PLAN_BACKLOG, NULL, NULL, SPI_OK_SELECT);
-	pg_atomic_write_u64(&db->counters[OUTBOX_COUNT_BACKLOG_PENDING],
-						(uint64) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-															 SPI_tuptable->tupdesc,
-															 1, &isnull)));
-	pg_atomic_write_u64(&db->counters[OUTBOX_COUNT_BACKLOG_DELIVERED],
-						(uint64) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-															 SPI_tuptable->tupdesc,
-															 2, &isnull)));
-	pg_atomic_write_u32(&db->backlog_valid, 1);
-	pg_atomic_write_u64(&db->backlog_counted_at, (uint64) GetCurrentTimestamp());
-	SPI_finish();
-
-	/*
-	 * The count saw this transaction's own changes: they must not be added
-	 * again when it commits.
-	 */
-	outbox_xact_forget_gauges();
 }

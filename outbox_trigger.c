@@ -72,7 +72,7 @@ OutboxCounter outbox_requeue_counter = OUTBOX_COUNT_RECLAIMED;
  * state machine and maintaining the bookkeeping columns (deletes are only
  * counted).  Works on any table that has the outbox's columns (looked up by
  * name), raises 39P01 when not fired as a BEFORE ROW INSERT/UPDATE/DELETE
- * trigger, 42703 for a missing column, 09000 for a column of the wrong type,
+ * trigger, 42703 for a missing column, 42804 for a column of the wrong type,
  * and 23514 for any illegal row.
  */
 Datum
@@ -547,7 +547,13 @@ outbox_column(Relation rel, const char *name, Oid typid)
 
 		if (att->attisdropped || strcmp(NameStr(att->attname), name) != 0)
 			continue;
-		if (att->atttypid != typid)
+		/*
+		 * A timestamp column may also be "timestamp" without time zone (the
+		 * seed system's tables): it then holds UTC wall-clock times, which
+		 * have the same representation as the timestamptz written into it.
+		 */
+		if (att->atttypid != typid &&
+			!(typid == TIMESTAMPTZOID && att->atttypid == TIMESTAMPOID))
 			ereport(ERROR,
 					(errcode(ERRCODE_DATATYPE_MISMATCH),
 					 errmsg("column \"%s\" of table \"%s\" must be of type %s",

@@ -43,6 +43,7 @@
 #include "utils/snapmgr.h"
 
 #include "delivery_outbox.h"
+#include "outbox_plans.h"
 #include "outbox_shmem.h"
 #include "outbox_table.h"
 #include "outbox_worker.h"
@@ -348,15 +349,17 @@ sweeper_sweep(OutboxDatabase *db)
 			pgstat_report_activity(STATE_RUNNING, "delivery_outbox: sweep");
 			now = GetCurrentTimestamp();
 			if (step == 0)
-				(void) outbox_reclaim_rows(TimestampTzPlusMilliseconds(now,
+				(void) outbox_reclaim_rows(outbox_default_table(),
+										   TimestampTzPlusMilliseconds(now,
 																	   -(int64) outbox_reclaim_after * 1000),
 										   SWEEPER_MAX_ROWS);
 			else if (step == 1)
-				(void) outbox_purge_rows(TimestampTzPlusMilliseconds(now,
+				(void) outbox_purge_rows(outbox_default_table(),
+										 TimestampTzPlusMilliseconds(now,
 																	 -(int64) outbox_retain_acked * 1000),
 										 SWEEPER_MAX_ROWS);
 			else
-				outbox_sync_backlog(db);	/* after the pass's own changes */
+				outbox_sync_backlog(outbox_default_table(), db); /* after the pass's own changes */
 		}
 		PopActiveSnapshot();
 		CommitTransactionCommand();

@@ -408,7 +408,7 @@ INSERT INTO scratch2 (id, recipient, kind, payload) VALUES (1, 'x', 'k', '\x00')
 \echo :SQLSTATE
 SELECT count(*) FROM scratch2;
 -- a column of the wrong type
-ALTER TABLE scratch2 ADD COLUMN acked_at timestamp;
+ALTER TABLE scratch2 ADD COLUMN acked_at text;
 INSERT INTO scratch2 (id, recipient, kind, payload) VALUES (1, 'x', 'k', '\x00');
 \echo :SQLSTATE
 -- fixed, it works
