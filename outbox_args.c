@@ -1,0 +1,314 @@
+/*-------------------------------------------------------------------------
+ *
+ * outbox_args.c
+ *		Argument checks and result helpers of the SQL-callable functions.
+ *
+ * Every bad argument raises an error before anything is written: NULL
+ * where a value is required is 22004, an empty or out-of-range value
+ * 22023, a malformed array 2202E.
+ *
+ * Copyright (c) 2026, delivery_outbox developers
+ *
+ * IDENTIFICATION
+ *		outbox_args.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/timestamp.h"
+#include "utils/tuplestore.h"
+
+#include "delivery_outbox.h"
+#include "outbox_args.h"
+#include "outbox_table.h"
+
+/*
+ * outbox_target
+ *
+ * The outbox a call works on: its argument argno, the trailing "outbox
+ * regclass" of 1.2, when given and not NULL, else the default outbox (also
+ * when the SQL declaration of an older version has no such argument).
+ */
+OutboxTable *
+outbox_target(FunctionCallInfo fcinfo, int argno)
+{
+	OutboxTable *table = outbox_default_table();
+	Oid			relid;
+
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return table;
+	relid = PG_GETARG_OID(argno);
+	if (relid != outbox_table_relid(table))
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("relation \"%s\" is not an outbox",
+						DatumGetCString(DirectFunctionCall1(regclassout,
+															ObjectIdGetDatum(relid)))),
+				 errhint("Make it one with outbox_create() or outbox_attach().")));
+	return table;
+}
+
+/*
+ * outbox_check_text
+ *
+ * A recipient or kind argument: NULL is an error when required (22004), and
+ * an empty string is always one (22023).
+ */
+void
+outbox_check_text(FunctionCallInfo fcinfo, int argno, const char *name,
+				  bool required)
+{
+	if (PG_ARGISNULL(argno))
+	{
+		if (required)
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("%s must not be null", name)));
+		return;
+	}
+	if (VARSIZE_ANY_EXHDR(PG_GETARG_TEXT_PP(argno)) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not be empty", name)));
+}
+
+/*
+ * outbox_null_text
+ *
+ * An optional text argument as an SPI parameter: its value, and 'n' in *null
+ * when it is NULL.
+ */
+Datum
+outbox_null_text(FunctionCallInfo fcinfo, int argno, char *null)
+{
+	*null = PG_ARGISNULL(argno) ? 'n' : ' ';
+	return PG_ARGISNULL(argno) ? (Datum) 0 : PG_GETARG_DATUM(argno);
+}
+
+/*
+ * outbox_text_array
+ *
+ * A one-dimensional array argument of the batch enqueue: NULL is an error
+ * when required; with elements_required, so is a NULL element (22004) and an
+ * empty text element (22023).  Sets *nitems.
+ */
+Datum
+outbox_text_array(FunctionCallInfo fcinfo, int argno, const char *name,
+				  bool required, bool elements_required, int *nitems)
+{
+	ArrayType  *array;
+	Datum	   *elems;
+	bool	   *elem_nulls;
+	int			n;
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+	int			i;
+
+	*nitems = 0;
+	if (PG_ARGISNULL(argno))
+	{
+		if (required)
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("%s must not be null", name)));
+		return (Datum) 0;
+	}
+	array = PG_GETARG_ARRAYTYPE_P(argno);
+	if (ARR_NDIM(array) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("%s must be a one-dimensional array", name)));
+
+	get_typlenbyvalalign(ARR_ELEMTYPE(array), &typlen, &typbyval, &typalign);
+	deconstruct_array(array, ARR_ELEMTYPE(array), typlen, typbyval, typalign,
+					  &elems, &elem_nulls, &n);
+	for (i = 0; i < n && elements_required; i++)
+	{
+		if (elem_nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("%s must not contain null elements", name),
+					 errdetail("Element %d is null.", i + 1)));
+		if (ARR_ELEMTYPE(array) == TEXTOID &&
+			VARSIZE_ANY_EXHDR(DatumGetPointer(elems[i])) == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("%s must not contain empty elements", name),
+					 errdetail("Element %d is empty.", i + 1)));
+	}
+	*nitems = n;
+	return PointerGetDatum(array);
+}
+
+/*
+ * outbox_check_max_rows
+ *
+ * max_rows must be given and at least 1.
+ */
+int64
+outbox_check_max_rows(FunctionCallInfo fcinfo, int argno)
+{
+	int32		max_rows;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("max_rows must not be null")));
+	max_rows = PG_GETARG_INT32(argno);
+	if (max_rows < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_rows must be at least 1, not %d", max_rows)));
+	return (int64) max_rows;
+}
+
+/*
+ * outbox_check_ids
+ *
+ * An ids array must be given and hold no NULLs.
+ */
+Datum
+outbox_check_ids(FunctionCallInfo fcinfo, int argno)
+{
+	ArrayType  *ids;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("ids must not be null")));
+	ids = PG_GETARG_ARRAYTYPE_P(argno);
+	if (array_contains_nulls(ids))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("ids must not contain null elements")));
+	return PointerGetDatum(ids);
+}
+
+/*
+ * outbox_check_interval
+ *
+ * An interval argument must be given and not negative: 22004 or 22023.
+ */
+void
+outbox_check_interval(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	Interval	zero;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", name)));
+	memset(&zero, 0, sizeof(zero));
+	if (DatumGetBool(DirectFunctionCall2(interval_lt, PG_GETARG_DATUM(argno),
+										 IntervalPGetDatum(&zero))))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not be negative", name)));
+}
+
+/*
+ * outbox_cutoff
+ *
+ * older_than (a non-NULL, non-negative interval) turned into the timestamp
+ * before which rows count as old: the current time minus older_than.  The
+ * bookkeeping timestamps are wall-clock times of the change, so the cutoff is
+ * too.
+ */
+Datum
+outbox_cutoff(FunctionCallInfo fcinfo, int argno)
+{
+	Interval	limit;
+	Datum		older_than;
+
+	outbox_check_interval(fcinfo, argno, "older_than");
+	older_than = PG_GETARG_DATUM(argno);
+
+	/*
+	 * Subtracting thousands of years would fall off the start of the
+	 * timestamp range; nothing is that old, so such a cutoff matches nothing.
+	 */
+	memset(&limit, 0, sizeof(limit));
+	limit.month = 5000 * MONTHS_PER_YEAR;
+	if (DatumGetBool(DirectFunctionCall2(interval_gt, older_than,
+										 IntervalPGetDatum(&limit))))
+	{
+		TimestampTz cutoff;
+
+		TIMESTAMP_NOBEGIN(cutoff);
+		return TimestampTzGetDatum(cutoff);
+	}
+
+	return DirectFunctionCall2(timestamptz_mi_interval,
+							   TimestampTzGetDatum(GetCurrentTimestamp()),
+							   older_than);
+}
+
+/*
+ * outbox_count_result
+ *
+ * A row count as the SQL integer these functions return.
+ */
+Datum
+outbox_count_result(uint64 count)
+{
+	if (count > (uint64) PG_INT32_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("too many rows changed in one call: " UINT64_FORMAT,
+						count),
+				 errhint("Use max_rows to work in batches.")));
+	return Int32GetDatum((int32) count);
+}
+
+/*
+ * outbox_begin_srf
+ *
+ * Materialize mode for a set-returning function (InitMaterializedSRF, which
+ * also checks the calling context); the tuplestore to fill.
+ */
+Tuplestorestate *
+outbox_begin_srf(FunctionCallInfo fcinfo, bits32 flags)
+{
+	InitMaterializedSRF(fcinfo, flags);
+	return ((ReturnSetInfo *) fcinfo->resultinfo)->setResult;
+}
+
+/*
+ * outbox_put_rows
+ *
+ * Copy the whole-row values in the first column of the last SPI result into
+ * the tuplestore, before SPI_finish frees them.
+ */
+void
+outbox_put_rows(Tuplestorestate *tupstore)
+{
+	uint64		i;
+
+	for (i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+		Datum		d = SPI_getbinval(SPI_tuptable->vals[i],
+									  SPI_tuptable->tupdesc, 1, &isnull);
+		HeapTupleHeader hdr;
+		HeapTupleData tuple;
+
+		if (isnull)
+			elog(ERROR, "outbox statement returned a null row");
+		hdr = DatumGetHeapTupleHeader(d);
+		tuple.t_len = HeapTupleHeaderGetDatumLength(hdr);
+		ItemPointerSetInvalid(&tuple.t_self);
+		tuple.t_tableOid = InvalidOid;
+		tuple.t_data = hdr;
+		tuplestore_puttuple(tupstore, &tuple);
+	}
+}
