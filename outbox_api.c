@@ -29,6 +29,7 @@
 #include "storage/condition_variable.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
@@ -60,6 +61,8 @@ PG_FUNCTION_INFO_V1(outbox_stats);
 PG_FUNCTION_INFO_V1(outbox_enqueue_batch);
 PG_FUNCTION_INFO_V1(outbox_wait);
 PG_FUNCTION_INFO_V1(outbox_activity);
+PG_FUNCTION_INFO_V1(outbox_calling_role);
+PG_FUNCTION_INFO_V1(outbox_invalidate);
 
 /*
  * outbox_enqueue
@@ -88,7 +91,7 @@ outbox_enqueue(PG_FUNCTION_ARGS)
 	values[2] = PG_GETARG_DATUM(2);
 	values[3] = outbox_null_text(fcinfo, 3, &nulls[3]);
 
-	t = outbox_target(fcinfo, 4);
+	t = outbox_target(fcinfo, 4, ACL_INSERT);
 	if (outbox_insert_row(t, values, nulls, &id))
 		PG_RETURN_INT64(id);
 
@@ -128,7 +131,7 @@ outbox_claim(PG_FUNCTION_ARGS)
 	if (nulls[2] == ' ')
 		variant += 2;
 
-	t = outbox_target(fcinfo, 3);
+	t = outbox_target(fcinfo, 3, ACL_UPDATE);
 	tupstore = outbox_begin_srf(fcinfo, 0);
 
 	outbox_spi_connect();
@@ -163,7 +166,8 @@ outbox_ack(PG_FUNCTION_ARGS)
 	ids = PointerGetDatum(construct_array(&id, 1, INT8OID, sizeof(int64),
 										  FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 
-	PG_RETURN_BOOL(outbox_ack_internal(outbox_target(fcinfo, 2), ids, recipient, recipient_null) == 1);
+	PG_RETURN_BOOL(outbox_ack_internal(outbox_target(fcinfo, 2, ACL_UPDATE),
+									   ids, recipient, recipient_null) == 1);
 }
 
 /*
@@ -182,8 +186,10 @@ outbox_ack_array(PG_FUNCTION_ARGS)
 	outbox_check_text(fcinfo, 1, "recipient", false);
 	recipient = outbox_null_text(fcinfo, 1, &recipient_null);
 
-	return outbox_count_result(outbox_ack_internal(outbox_target(fcinfo, 2), ids,
-												   recipient, recipient_null));
+	return outbox_count_result(outbox_ack_internal(outbox_target(fcinfo, 2,
+																 ACL_UPDATE),
+												   ids, recipient,
+												   recipient_null));
 }
 
 /*
@@ -201,7 +207,7 @@ outbox_release(PG_FUNCTION_ARGS)
 
 	values[0] = outbox_check_ids(fcinfo, 0);
 
-	t = outbox_target(fcinfo, 1);
+	t = outbox_target(fcinfo, 1, ACL_UPDATE);
 	/* the trigger counts these delivered -> pending moves as releases */
 	outbox_requeue_counter = OUTBOX_COUNT_RELEASED;
 	PG_TRY();
@@ -229,7 +235,8 @@ outbox_reclaim(PG_FUNCTION_ARGS)
 	TimestampTz cutoff = DatumGetTimestampTz(outbox_cutoff(fcinfo, 0));
 	int64		max_rows = PG_ARGISNULL(1) ? 0 : outbox_check_max_rows(fcinfo, 1);
 
-	return outbox_count_result(outbox_reclaim_rows(outbox_target(fcinfo, 2), cutoff, max_rows));
+	return outbox_count_result(outbox_reclaim_rows(outbox_target(fcinfo, 2, ACL_UPDATE),
+												cutoff, max_rows));
 }
 
 /*
@@ -249,7 +256,7 @@ outbox_reclaim_recipient(PG_FUNCTION_ARGS)
 	values[0] = PG_GETARG_DATUM(0);
 	values[1] = outbox_null_text(fcinfo, 1, &nulls[1]);
 
-	t = outbox_target(fcinfo, 2);
+	t = outbox_target(fcinfo, 2, ACL_UPDATE);
 	return outbox_count_result(
 		outbox_run(t, nulls[1] == 'n' ?
 				   OUTBOX_PLAN_RESYNC_NULL_TENANT : OUTBOX_PLAN_RESYNC,
@@ -273,7 +280,7 @@ outbox_reassign(PG_FUNCTION_ARGS)
 	values[0] = PG_GETARG_DATUM(0);
 	values[1] = PG_GETARG_DATUM(1);
 
-	t = outbox_target(fcinfo, 2);
+	t = outbox_target(fcinfo, 2, ACL_UPDATE);
 	return outbox_count_result(outbox_run(t, OUTBOX_PLAN_REASSIGN, values, NULL,
 										  SPI_OK_UPDATE));
 }
@@ -302,7 +309,7 @@ outbox_replay(PG_FUNCTION_ARGS)
 	values[2] = Int64GetDatum(outbox_check_max_rows(fcinfo, 2));
 	values[3] = outbox_null_text(fcinfo, 3, &nulls[3]);
 
-	t = outbox_target(fcinfo, 4);
+	t = outbox_target(fcinfo, 4, ACL_SELECT);
 	tupstore = outbox_begin_srf(fcinfo, 0);
 
 	outbox_spi_connect();
@@ -324,7 +331,8 @@ outbox_purge(PG_FUNCTION_ARGS)
 {
 	TimestampTz cutoff = DatumGetTimestampTz(outbox_cutoff(fcinfo, 0));
 
-	PG_RETURN_INT64((int64) outbox_purge_rows(outbox_target(fcinfo, 1), cutoff, 0));
+	PG_RETURN_INT64((int64) outbox_purge_rows(outbox_target(fcinfo, 1, ACL_DELETE),
+										 cutoff, 0));
 }
 
 /*
@@ -352,7 +360,7 @@ outbox_stats(PG_FUNCTION_ARGS)
 		elog(ERROR, "outbox_stats() is declared with %d columns, expected %d",
 			 tupdesc->natts, (int) lengthof(values));
 
-	t = outbox_target(fcinfo, 0);
+	t = outbox_target(fcinfo, 0, ACL_SELECT);
 	outbox_spi_connect();
 	outbox_execute(t, OUTBOX_PLAN_STATS, &now, NULL, SPI_OK_SELECT);
 	if (SPI_processed != 1)
@@ -414,7 +422,7 @@ outbox_enqueue_batch(PG_FUNCTION_ARGS)
 							   n[a])));
 	}
 
-	t = outbox_target(fcinfo, 4);
+	t = outbox_target(fcinfo, 4, ACL_INSERT);
 	tupstore = outbox_begin_srf(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
 	if (n[0] == 0)
 		return (Datum) 0;
@@ -482,7 +490,7 @@ outbox_wait(PG_FUNCTION_ARGS)
 	values[0] = outbox_null_text(fcinfo, 1, &nulls[0]);
 	plan = nulls[0] == 'n' ? OUTBOX_PLAN_EXISTS : OUTBOX_PLAN_EXISTS_R;
 
-	t = outbox_target(fcinfo, 2);
+	t = outbox_target(fcinfo, 2, ACL_SELECT);
 	/* the deadline is "now + timeout"; a huge timeout is capped at a day */
 	{
 		Interval   *timeout = PG_GETARG_INTERVAL_P(0);
@@ -613,6 +621,36 @@ outbox_activity(PG_FUNCTION_ARGS)
 	}
 
 	return (Datum) 0;
+}
+
+/*
+ * outbox_calling_role
+ *
+ * For outbox_create() and the other SECURITY DEFINER functions written in
+ * SQL: the role that called them, the current role outside any SECURITY
+ * DEFINER function (SET ROLE's), which they check privileges for.
+ */
+Datum
+outbox_calling_role(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_OID(GetOuterUserId());
+}
+
+/*
+ * outbox_invalidate
+ *
+ * An outbox's settings changed: make every session re-read them (a relcache
+ * invalidation of the table, sent at commit).
+ */
+Datum
+outbox_invalidate(PG_FUNCTION_ARGS)
+{
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("outbox must not be null")));
+	CacheInvalidateRelcacheByRelid(PG_GETARG_OID(0));
+	PG_RETURN_VOID();
 }
 
 static int

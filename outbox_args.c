@@ -21,6 +21,7 @@
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
@@ -36,24 +37,32 @@
  *
  * The outbox a call works on: its argument argno, the trailing "outbox
  * regclass" of 1.2, when given and not NULL, else the default outbox (also
- * when the SQL declaration of an older version has no such argument).
+ * when the SQL declaration of an older version has no such argument).  For
+ * the default outbox EXECUTE on the function is all it takes, as in 1.1;
+ * for any other the calling role (outside SECURITY DEFINER functions) also
+ * needs the privilege mode on that table.  Raises 42809 for a table that
+ * is no outbox, 42501 for a missing privilege.
  */
 OutboxTable *
-outbox_target(FunctionCallInfo fcinfo, int argno)
+outbox_target(FunctionCallInfo fcinfo, int argno, AclMode mode)
 {
-	OutboxTable *table = outbox_default_table();
+	OutboxTable *table;
 	Oid			relid;
 
 	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
-		return table;
+		return outbox_default_table();
 	relid = PG_GETARG_OID(argno);
-	if (relid != outbox_table_relid(table))
+	table = outbox_find_table(relid);
+	if (table == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
 				 errmsg("relation \"%s\" is not an outbox",
 						DatumGetCString(DirectFunctionCall1(regclassout,
 															ObjectIdGetDatum(relid)))),
 				 errhint("Make it one with outbox_create() or outbox_attach().")));
+	if (table != outbox_default_table() &&
+		pg_class_aclcheck(relid, GetOuterUserId(), mode) != ACLCHECK_OK)
+		aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_TABLE, get_rel_name(relid));
 	return table;
 }
 

@@ -14,11 +14,13 @@
 #define OUTBOX_ARGS_H
 
 #include "fmgr.h"
+#include "nodes/parsenodes.h"
 #include "utils/tuplestore.h"
 
 #include "outbox_table.h"
 
-extern OutboxTable *outbox_target(FunctionCallInfo fcinfo, int argno);
+extern OutboxTable *outbox_target(FunctionCallInfo fcinfo, int argno,
+								  AclMode mode);
 extern void outbox_check_text(FunctionCallInfo fcinfo, int argno,
 							  const char *name, bool required);
 extern Datum outbox_null_text(FunctionCallInfo fcinfo, int argno, char *null);

@@ -50,8 +50,9 @@
 #include "delivery_outbox.h"
 #include "outbox_table.h"
 
-/* The name of the extension's table. */
+/* The names of the extension's table and of its registry of outboxes. */
 #define OUTBOX_TABLE_NAME		"delivery_outbox"
+#define OUTBOX_REGISTRY_NAME	"delivery_outbox_registry"
 
 /* The statements of one table, prepared for one user. */
 typedef struct OutboxPlanSet
@@ -68,6 +69,7 @@ struct OutboxTable
 	char	   *name;			/* quoted "schema"."table" */
 	char	   *row_expr;		/* its row o as the default outbox's row type */
 	bool		utc;			/* timestamps are "timestamp", read as UTC */
+	bool		registered;		/* made or attached: in the registry */
 	List	   *plan_sets;		/* OutboxPlanSet, one per user */
 	OutboxPlanSet *plan_set;	/* the one last used */
 };
@@ -77,6 +79,7 @@ static bool outbox_table_check(OutboxTable *table);
 static void outbox_table_forget(OutboxTable *table);
 static void outbox_table_clear(OutboxTable *table);
 static char *outbox_row_expr(Relation rel, Relation def, bool *utc);
+static bool outbox_registered(Oid relid);
 static Oid	outbox_member_table(Oid ext_oid);
 static Oid	outbox_extension_table(void);
 
@@ -87,6 +90,9 @@ static HTAB *outbox_tables = NULL;
 static Oid	outbox_ext_oid = InvalidOid;
 static Oid	outbox_default_relid = InvalidOid;
 static bool outbox_default_stale = false;
+
+/* Looks a table up in the registry (prepared per extension). */
+static SPIPlanPtr outbox_registry_plan = NULL;
 
 /*
  * outbox_table_relcache_callback
@@ -157,6 +163,9 @@ outbox_default_table(void)
 									HASH_FIND, NULL);
 			if (table != NULL)
 				outbox_table_forget(table);
+			if (outbox_registry_plan != NULL)
+				SPI_freeplan(outbox_registry_plan);
+			outbox_registry_plan = NULL;
 			outbox_default_relid = InvalidOid;
 			outbox_ext_oid = InvalidOid;
 		}
@@ -189,6 +198,26 @@ outbox_default_table(void)
 }
 
 /*
+ * outbox_find_table
+ *
+ * The outbox with OID relid: the default one, or a table made by
+ * outbox_create() or taken over by outbox_attach(); NULL when relid is no
+ * outbox (or no longer exists).
+ */
+OutboxTable *
+outbox_find_table(Oid relid)
+{
+	OutboxTable *table = outbox_default_table();
+
+	if (relid == table->relid)
+		return table;
+	if (get_rel_relkind(relid) != RELKIND_RELATION)
+		return NULL;
+	table = outbox_table_entry(relid);
+	return table->registered ? table : NULL;
+}
+
+/*
  * outbox_table_entry
  *
  * The entry of the table with OID relid, made or re-checked as needed.
@@ -217,6 +246,7 @@ outbox_table_entry(Oid relid)
 		table->name = NULL;
 		table->row_expr = NULL;
 		table->utc = false;
+		table->registered = false;
 		table->plan_sets = NIL;
 		table->plan_set = NULL;
 	}
@@ -252,6 +282,8 @@ outbox_table_check(OutboxTable *table)
 	}
 	name = quote_qualified_identifier(nspname, relname);
 
+	table->registered = table->relid != outbox_default_relid &&
+		outbox_registered(table->relid);
 	if (table->relid == outbox_default_relid)
 		row_expr = pstrdup("o");
 	else
@@ -386,6 +418,51 @@ outbox_row_expr(Relation rel, Relation def, bool *utc)
 					 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(def)),
 												RelationGetRelationName(def)));
 	return buf.data;
+}
+
+/*
+ * outbox_registered
+ *
+ * Whether the registry lists relid as an outbox other than the default
+ * one.  An extension still at version 1.1 has no registry: only its own
+ * table is an outbox.
+ */
+static bool
+outbox_registered(Oid relid)
+{
+	Oid			nspid = get_rel_namespace(outbox_default_relid);
+	Datum		arg = ObjectIdGetDatum(relid);
+	bool		found;
+	int			rc;
+
+	if (!OidIsValid(get_relname_relid(OUTBOX_REGISTRY_NAME, nspid)))
+		return false;
+	rc = SPI_connect();
+	if (rc != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed: %s", SPI_result_code_string(rc));
+	if (outbox_registry_plan == NULL)
+	{
+		Oid			argtype = OIDOID;
+		char	   *sql;
+
+		sql = psprintf("SELECT 1 FROM %s"
+					   " WHERE outbox::pg_catalog.oid OPERATOR(pg_catalog.=) $1"
+					   " AND origin OPERATOR(pg_catalog.<>) 'default'",
+					   quote_qualified_identifier(get_namespace_name(nspid),
+												  OUTBOX_REGISTRY_NAME));
+		outbox_registry_plan = SPI_prepare(sql, 1, &argtype);
+		if (outbox_registry_plan == NULL ||
+			SPI_keepplan(outbox_registry_plan) != 0)
+			elog(ERROR, "preparing \"%s\" failed: %s", sql,
+				 SPI_result_code_string(SPI_result));
+	}
+	rc = SPI_execute_plan(outbox_registry_plan, &arg, NULL, true, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "the outbox registry lookup returned %s",
+			 SPI_result_code_string(rc));
+	found = SPI_processed > 0;
+	SPI_finish();
+	return found;
 }
 
 /*

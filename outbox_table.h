@@ -28,6 +28,7 @@ typedef struct OutboxTable OutboxTable;
 #define OUTBOX_NUM_PLANS_MAX	32
 
 extern OutboxTable *outbox_default_table(void);
+extern OutboxTable *outbox_find_table(Oid relid);
 extern Oid	outbox_table_relid(OutboxTable *table);
 extern const char *outbox_table_name(OutboxTable *table);
 extern const char *outbox_table_row_expr(OutboxTable *table);

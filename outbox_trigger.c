@@ -49,12 +49,16 @@ static OutboxState outbox_parse_state(Relation rel, AttrNumber attnum,
 static bool outbox_datum_equal(Datum a, bool a_null, Datum b, bool b_null,
 							   Form_pg_attribute att);
 static HeapTuple outbox_guard_insert(Relation rel, HeapTuple tuple,
-									 const OutboxColumns *cols, bool wake);
+									 const OutboxColumns *cols, bool wake,
+									 const char *channel);
 static void outbox_inserted_row(Relation rel, HeapTuple tuple,
-								const OutboxColumns *cols);
+								const OutboxColumns *cols,
+								const char *channel);
 static HeapTuple outbox_guard_update(Relation rel, HeapTuple oldtuple,
 									 HeapTuple newtuple,
-									 const OutboxColumns *cols);
+									 const OutboxColumns *cols,
+									 const char *channel);
+static const char *outbox_trigger_channel(Trigger *trigger, int argno);
 static void outbox_count_state(OutboxState state, int64 delta);
 
 PG_FUNCTION_INFO_V1(outbox_state_guard);
@@ -129,12 +133,14 @@ outbox_state_guard(PG_FUNCTION_ARGS)
 												   cols,
 												   trigdata->tg_trigger->tgnargs == 0 ||
 												   strcmp(trigdata->tg_trigger->tgargs[0],
-														  "after_insert") != 0));
+														  "after_insert") != 0,
+												   outbox_trigger_channel(trigdata->tg_trigger, 1)));
 
 	return PointerGetDatum(outbox_guard_update(trigdata->tg_relation,
 											   trigdata->tg_trigtuple,
 											   trigdata->tg_newtuple,
-											   cols));
+											   cols,
+											   outbox_trigger_channel(trigdata->tg_trigger, 1)));
 }
 
 /*
@@ -164,7 +170,8 @@ outbox_inserted(PG_FUNCTION_ARGS)
 						funcname)));
 
 	outbox_inserted_row(trigdata->tg_relation, trigdata->tg_trigtuple,
-						outbox_columns(trigdata->tg_relation, funcname));
+						outbox_columns(trigdata->tg_relation, funcname),
+						outbox_trigger_channel(trigdata->tg_trigger, 0));
 
 	return PointerGetDatum(NULL);
 }
@@ -179,7 +186,7 @@ outbox_inserted(PG_FUNCTION_ARGS)
  */
 static HeapTuple
 outbox_guard_insert(Relation rel, HeapTuple tuple, const OutboxColumns *cols,
-					bool wake)
+					bool wake, const char *channel)
 {
 	TupleDesc	tupdesc = RelationGetDescr(rel);
 	Datum		d;
@@ -243,7 +250,7 @@ outbox_guard_insert(Relation rel, HeapTuple tuple, const OutboxColumns *cols,
 				 errtablecol(rel, cols->state)));
 
 	if (wake)
-		outbox_inserted_row(rel, tuple, cols);
+		outbox_inserted_row(rel, tuple, cols, channel);
 
 	return tuple;
 }
@@ -254,7 +261,8 @@ outbox_guard_insert(Relation rel, HeapTuple tuple, const OutboxColumns *cols,
  * A row was inserted: count it, and wake relays when it is pending.
  */
 static void
-outbox_inserted_row(Relation rel, HeapTuple tuple, const OutboxColumns *cols)
+outbox_inserted_row(Relation rel, HeapTuple tuple, const OutboxColumns *cols,
+					const char *channel)
 {
 	TupleDesc	tupdesc = RelationGetDescr(rel);
 	bool		isnull;
@@ -269,7 +277,7 @@ outbox_inserted_row(Relation rel, HeapTuple tuple, const OutboxColumns *cols)
 	if (state == OUTBOX_PENDING)
 	{
 		outbox_count(OUTBOX_COUNT_ENQUEUED, 1);
-		outbox_wake(DatumGetInt64(id));
+		outbox_wake(DatumGetInt64(id), channel);
 	}
 }
 
@@ -283,7 +291,7 @@ outbox_inserted_row(Relation rel, HeapTuple tuple, const OutboxColumns *cols)
  */
 static HeapTuple
 outbox_guard_update(Relation rel, HeapTuple oldtuple, HeapTuple newtuple,
-					const OutboxColumns *cols)
+					const OutboxColumns *cols, const char *channel)
 {
 	TupleDesc	tupdesc = RelationGetDescr(rel);
 	static const struct
@@ -431,10 +439,28 @@ outbox_guard_update(Relation rel, HeapTuple oldtuple, HeapTuple newtuple,
 			!outbox_datum_equal(old_recipient, old_recipient_null,
 								new_recipient, new_recipient_null,
 								TupleDescAttr(tupdesc, cols->recipient - 1)))
-			outbox_wake(id);
+			outbox_wake(id, channel);
 	}
 
 	return newtuple;
+}
+
+/*
+ * outbox_trigger_channel
+ *
+ * The notification channel a trigger was created with, its argument argno
+ * (outbox_create/attach/configure give an outbox's own channel so), or NULL:
+ * delivery_outbox.channel.
+ */
+static const char *
+outbox_trigger_channel(Trigger *trigger, int argno)
+{
+	const char *channel;
+
+	if (trigger->tgnargs <= argno)
+		return NULL;
+	channel = trigger->tgargs[argno];
+	return channel[0] != '\0' && strlen(channel) < NAMEDATALEN ? channel : NULL;
 }
 
 /*

@@ -305,7 +305,7 @@ sweeper_send_wakeups(OutboxDatabase *db, int max_batches)
 		StartTransactionCommand();
 		pgstat_report_activity(STATE_RUNNING, "delivery_outbox: sending wake-ups");
 		for (i = 0; i < n; i++)
-			outbox_notify(sweeper_batch[i]);
+			outbox_notify(sweeper_batch[i], NULL);
 		CommitTransactionCommand();
 		pgstat_report_activity(STATE_IDLE, NULL);
 	}

@@ -96,13 +96,15 @@ outbox_count(OutboxCounter counter, int64 delta)
 /*
  * outbox_wake
  *
- * A row became pending: wake relays as delivery_outbox.notify says.  In
- * deferred mode the id waits in this transaction's list and is handed to
- * the database's worker at commit; where no worker serves the database, it
- * falls back to commit mode.
+ * A row became pending: wake relays, on channel (NULL:
+ * delivery_outbox.channel), as delivery_outbox.notify says.  In deferred
+ * mode the id waits in this transaction's list and is handed to the
+ * database's worker at commit; where no worker serves the database, or for
+ * a channel other than delivery_outbox.channel (the hand-over ring carries
+ * ids only), it falls back to commit mode.
  */
 void
-outbox_wake(int64 id)
+outbox_wake(int64 id, const char *channel)
 {
 	OutboxDatabase *db;
 
@@ -112,7 +114,9 @@ outbox_wake(int64 id)
 	if (outbox_notify_mode == OUTBOX_NOTIFY_OFF)
 		return;
 
-	if (outbox_notify_mode == OUTBOX_NOTIFY_DEFERRED &&
+	if (channel != NULL && strcmp(channel, outbox_channel) == 0)
+		channel = NULL;
+	if (outbox_notify_mode == OUTBOX_NOTIFY_DEFERRED && channel == NULL &&
 		(db = outbox_my_database(false)) != NULL && db->ring >= 0)
 	{
 		if (outbox_deferred_count == outbox_deferred_space)
@@ -132,13 +136,14 @@ outbox_wake(int64 id)
 		return;
 	}
 
-	outbox_notify(id);
+	outbox_notify(id, channel);
 }
 
 /*
  * outbox_notify
  *
- * Queue the wake-up for a row that became pending: the id, nothing else.
+ * Queue the wake-up for a row that became pending, on channel (NULL:
+ * delivery_outbox.channel): the id, nothing else.
  * async.c sends it when the transaction commits and drops it on rollback.
  * When the notification queue is fuller than notify_queue_limit the NOTIFY
  * is skipped, since a full queue makes a notifying COMMIT fail; the row is
@@ -146,7 +151,7 @@ outbox_wake(int64 id)
  * by the worker for deferred wake-ups.
  */
 void
-outbox_notify(int64 id)
+outbox_notify(int64 id, const char *channel)
 {
 	static LocalTransactionId checked_in = InvalidLocalTransactionId;
 	static double usage = 0.0;
@@ -185,7 +190,7 @@ outbox_notify(int64 id)
 	skip_logged = false;
 
 	snprintf(payload, sizeof(payload), INT64_FORMAT, id);
-	Async_Notify(outbox_channel, payload);
+	Async_Notify(channel != NULL ? channel : outbox_channel, payload);
 	outbox_count(OUTBOX_COUNT_NOTIFIED, 1);
 }
 

@@ -174,13 +174,13 @@ END\$\$;
 -- README's relay role
 GRANT USAGE ON SCHEMA public TO $ROLE;
 GRANT EXECUTE ON FUNCTION
-    outbox_claim(integer, text, text),
-    outbox_ack(bigint, text),
-    outbox_ack(bigint[], text),
-    outbox_release(bigint[]),
-    outbox_reclaim(interval, integer),
-    outbox_reclaim_recipient(text, text),
-    outbox_replay(text, bigint, integer, text)
+    outbox_claim(integer, text, text, regclass),
+    outbox_ack(bigint, text, regclass),
+    outbox_ack(bigint[], text, regclass),
+    outbox_release(bigint[], regclass),
+    outbox_reclaim(interval, integer, regclass),
+    outbox_reclaim_recipient(text, text, regclass),
+    outbox_replay(text, bigint, integer, text, regclass)
   TO $ROLE;
 SQL
 }
@@ -405,7 +405,7 @@ DO \$\$BEGIN
 END\$\$;
 -- README's monitoring role
 GRANT USAGE ON SCHEMA public TO $MONITOR;
-GRANT EXECUTE ON FUNCTION outbox_stats() TO $MONITOR;
+GRANT EXECUTE ON FUNCTION outbox_stats(regclass) TO $MONITOR;
 GRANT SELECT (id, recipient, kind, tenant_id, delivery_state, delivery_attempts,
               created_at, delivered_at, acked_at)
   ON delivery_outbox TO $MONITOR;

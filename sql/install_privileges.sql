@@ -53,7 +53,7 @@ SELECT count(*) AS extensions FROM pg_extension
  WHERE extname = 'delivery_outbox';
 SELECT to_regclass('public.delivery_outbox') AS in_public,
        to_regclass('regress_installer_schema.delivery_outbox') AS in_own_schema,
-       to_regprocedure('public.outbox_enqueue(text,text,bytea,text)') AS enqueue;
+       to_regprocedure('public.outbox_enqueue(text,text,bytea,text,regclass)') AS enqueue;
 
 --
 -- Installed by a superuser: a non-superuser that is not its owner cannot
@@ -77,14 +77,14 @@ COMMENT ON EXTENSION delivery_outbox IS 'mine now';
 CREATE FUNCTION regress_installer_schema.f() RETURNS int LANGUAGE sql AS 'SELECT 1';
 ALTER EXTENSION delivery_outbox ADD FUNCTION regress_installer_schema.f();
 \echo :SQLSTATE
-ALTER EXTENSION delivery_outbox DROP FUNCTION outbox_enqueue(text, text, bytea, text);
+ALTER EXTENSION delivery_outbox DROP FUNCTION outbox_enqueue(text, text, bytea, text, regclass);
 \echo :SQLSTATE
 -- nor take over or alter its objects
 ALTER TABLE delivery_outbox DISABLE TRIGGER zz_delivery_outbox_state_guard;
 \echo :SQLSTATE
-ALTER FUNCTION outbox_claim(integer, text, text) SECURITY INVOKER;
+ALTER FUNCTION outbox_claim(integer, text, text, regclass) SECURITY INVOKER;
 \echo :SQLSTATE
-GRANT EXECUTE ON FUNCTION outbox_claim(integer, text, text) TO PUBLIC;
+GRANT EXECUTE ON FUNCTION outbox_claim(integer, text, text, regclass) TO PUBLIC;
 \echo :SQLSTATE
 
 --
@@ -110,7 +110,7 @@ SELECT e.extversion = a.default_version AS at_default,
 SELECT tgenabled FROM pg_trigger
  WHERE tgname = 'zz_delivery_outbox_state_guard';
 SELECT prosecdef, has_function_privilege('public', oid, 'EXECUTE') AS public_execute
-  FROM pg_proc WHERE oid = 'outbox_claim(integer, text, text)'::regprocedure;
+  FROM pg_proc WHERE oid = 'outbox_claim(integer, text, text, regclass)'::regprocedure;
 SELECT count(*) AS triggers_on_own_table FROM pg_trigger
  WHERE tgrelid = 'regress_installer_schema.my_outbox'::regclass;
 SELECT id, recipient, delivery_state FROM delivery_outbox ORDER BY id;

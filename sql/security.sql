@@ -315,17 +315,17 @@ SELECT * FROM pg_temp.probe('regress_outbox_nobody', 1, 'agent:x',
 CREATE ROLE regress_outbox_producer;
 CREATE ROLE regress_outbox_relay;
 CREATE ROLE regress_outbox_monitor;
-GRANT EXECUTE ON FUNCTION outbox_enqueue(text, text, bytea, text)
+GRANT EXECUTE ON FUNCTION outbox_enqueue(text, text, bytea, text, regclass)
     TO regress_outbox_producer;
-GRANT EXECUTE ON FUNCTION outbox_claim(integer, text, text),
-                          outbox_ack(bigint, text),
-                          outbox_ack(bigint[], text),
-                          outbox_release(bigint[]),
-                          outbox_reclaim(interval, integer),
-                          outbox_reclaim_recipient(text, text),
-                          outbox_replay(text, bigint, integer, text)
+GRANT EXECUTE ON FUNCTION outbox_claim(integer, text, text, regclass),
+                          outbox_ack(bigint, text, regclass),
+                          outbox_ack(bigint[], text, regclass),
+                          outbox_release(bigint[], regclass),
+                          outbox_reclaim(interval, integer, regclass),
+                          outbox_reclaim_recipient(text, text, regclass),
+                          outbox_replay(text, bigint, integer, text, regclass)
     TO regress_outbox_relay;
-GRANT EXECUTE ON FUNCTION outbox_stats() TO regress_outbox_monitor;
+GRANT EXECUTE ON FUNCTION outbox_stats(regclass) TO regress_outbox_monitor;
 GRANT SELECT (id, recipient, kind, tenant_id, delivery_state,
               delivery_attempts, created_at, delivered_at, acked_at)
     ON delivery_outbox TO regress_outbox_monitor;
