@@ -590,7 +590,7 @@ outbox_activity(PG_FUNCTION_ARGS)
 										 GetCurrentTimestamp(),
 										 OUTBOX_RECOUNT_MS))) &&
 			outbox_installed())
-			outbox_sync_backlog(outbox_default_table(), mine);
+			outbox_sync_backlog(mine);
 	}
 
 	for (i = 0; i < OUTBOX_MAX_DATABASES; i++)

@@ -399,31 +399,43 @@ outbox_purge_rows(OutboxTable *table, TimestampTz cutoff, int64 max_rows)
 /*
  * outbox_sync_backlog
  *
- * Count the open rows per state (from the open-row index, O(open rows)) and
- * make the counts the backlog gauges.  Transactions committing meanwhile may
- * leave the gauges off by their own rows until the next count; the sweeper
- * re-counts at every pass.
+ * Count the open rows per state of every outbox of the database (from the
+ * open-row indexes, O(open rows)) and make the sums the backlog gauges.
+ * Transactions committing meanwhile may leave the gauges off by their own
+ * rows until the next count; the sweeper re-counts at every pass.
  */
 void
-outbox_sync_backlog(OutboxTable *table, OutboxDatabase *db)
+outbox_sync_backlog(OutboxDatabase *db)
 {
-	bool		isnull;
+	int64		pending = 0;
+	int64		delivered = 0;
+	ListCell   *lc;
 
 	if (db == NULL)
 		return;
 	outbox_spi_connect();
-	outbox_execute(table, OUTBOX_PLAN_BACKLOG, NULL, NULL, SPI_OK_SELECT);
+	foreach(lc, outbox_table_list())
+	{
+		OutboxTable *table = outbox_find_table(lfirst_oid(lc));
+		bool		isnull;
+
+		if (table == NULL)
+			continue;			/* dropped meanwhile */
+		outbox_execute(table, OUTBOX_PLAN_BACKLOG, NULL, NULL, SPI_OK_SELECT);
+		pending += DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+											   SPI_tuptable->tupdesc, 1,
+											   &isnull));
+		delivered += DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+												 SPI_tuptable->tupdesc, 2,
+												 &isnull));
+	}
+	SPI_finish();
 	pg_atomic_write_u64(&db->counters[OUTBOX_COUNT_BACKLOG_PENDING],
-						(uint64) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-															 SPI_tuptable->tupdesc,
-															 1, &isnull)));
+						(uint64) pending);
 	pg_atomic_write_u64(&db->counters[OUTBOX_COUNT_BACKLOG_DELIVERED],
-						(uint64) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-															 SPI_tuptable->tupdesc,
-															 2, &isnull)));
+						(uint64) delivered);
 	pg_atomic_write_u32(&db->backlog_valid, 1);
 	pg_atomic_write_u64(&db->backlog_counted_at, (uint64) GetCurrentTimestamp());
-	SPI_finish();
 
 	/*
 	 * The count saw this transaction's own changes: they must not be added

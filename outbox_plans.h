@@ -62,6 +62,6 @@ extern uint64 outbox_reclaim_rows(OutboxTable *table, TimestampTz cutoff,
 								  int64 max_rows);
 extern uint64 outbox_purge_rows(OutboxTable *table, TimestampTz cutoff,
 								int64 max_rows);
-extern void outbox_sync_backlog(OutboxTable *table, OutboxDatabase *db);
+extern void outbox_sync_backlog(OutboxDatabase *db);
 
 #endif							/* OUTBOX_PLANS_H */

@@ -218,6 +218,51 @@ outbox_find_table(Oid relid)
 }
 
 /*
+ * outbox_table_list
+ *
+ * The OIDs of every outbox of this database, the default one first, then
+ * the registry's in OID order (in CurrentMemoryContext).  Needs a
+ * transaction; the default outbox must exist.
+ */
+List *
+outbox_table_list(void)
+{
+	List	   *result = list_make1_oid(outbox_default_table()->relid);
+	Oid			nspid = get_rel_namespace(outbox_default_relid);
+	MemoryContext cxt = CurrentMemoryContext;
+	uint64		i;
+	int			rc;
+
+	if (!OidIsValid(get_relname_relid(OUTBOX_REGISTRY_NAME, nspid)))
+		return result;
+	rc = SPI_connect();
+	if (rc != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed: %s", SPI_result_code_string(rc));
+	rc = SPI_execute(psprintf("SELECT outbox::pg_catalog.oid FROM %s"
+							  " WHERE origin OPERATOR(pg_catalog.<>) 'default'"
+							  " ORDER BY 1",
+							  quote_qualified_identifier(get_namespace_name(nspid),
+														 OUTBOX_REGISTRY_NAME)),
+					 true, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "listing the outboxes returned %s",
+			 SPI_result_code_string(rc));
+	for (i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+		Oid			relid = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
+														   SPI_tuptable->tupdesc,
+														   1, &isnull));
+		MemoryContext old = MemoryContextSwitchTo(cxt);
+
+		result = lappend_oid(result, relid);
+		MemoryContextSwitchTo(old);
+	}
+	SPI_finish();
+	return result;
+}
+
+/*
  * outbox_table_entry
  *
  * The entry of the table with OID relid, made or re-checked as needed.

@@ -35,6 +35,7 @@
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
+#include "storage/lmgr.h"
 #include "storage/proc.h"
 #include "tcop/tcopprot.h"
 #include "utils/backend_status.h"
@@ -61,6 +62,7 @@
 static void sweeper_detach(int code, Datum arg);
 static bool sweeper_send_wakeups(OutboxDatabase *db, int max_batches);
 static bool sweeper_sweep(OutboxDatabase *db);
+static void sweeper_sweep_tables(bool reclaim, TimestampTz now);
 static void sweeper_recover(void);
 static bool sweeper_ring_used(OutboxDatabase *db);
 
@@ -317,14 +319,49 @@ sweeper_send_wakeups(OutboxDatabase *db, int max_batches)
 }
 
 /*
+ * sweeper_sweep_tables
+ *
+ * Reclaim (or purge) in every outbox of the database, at most
+ * SWEEPER_MAX_ROWS rows each.  Each table is locked first, and one that was
+ * dropped or detached meanwhile is skipped.
+ */
+static void
+sweeper_sweep_tables(bool reclaim, TimestampTz now)
+{
+	ListCell   *lc;
+
+	foreach(lc, outbox_table_list())
+	{
+		Oid			relid = lfirst_oid(lc);
+		OutboxTable *table;
+
+		LockRelationOid(relid, RowExclusiveLock);
+		table = outbox_find_table(relid);
+		if (table == NULL)
+			continue;
+		if (reclaim)
+			(void) outbox_reclaim_rows(table,
+									   TimestampTzPlusMilliseconds(now,
+																   -(int64) outbox_reclaim_after * 1000),
+									   SWEEPER_MAX_ROWS);
+		else
+			(void) outbox_purge_rows(table,
+									 TimestampTzPlusMilliseconds(now,
+																 -(int64) outbox_retain_acked * 1000),
+									 SWEEPER_MAX_ROWS);
+	}
+}
+
+/*
  * sweeper_sweep
  *
- * One bounded pass: reclaim, purge and re-count the backlog, each in a
- * transaction of its own, with waiting wake-ups sent in between so that a
- * pass delays them little.  Each transaction first locks the outbox table
- * (and re-checks that it is still the extension's), so DROP EXTENSION waits
- * for a step instead of failing it.  Returns false when the extension is not
- * installed in this database.
+ * One bounded pass over every outbox of the database: reclaim, purge and
+ * re-count the backlog, each in a transaction of its own, with waiting
+ * wake-ups sent in between so that a pass delays them little.  Each
+ * transaction first locks the extension's table (and re-checks that it is
+ * still the extension's), so DROP EXTENSION waits for a step instead of
+ * failing it.  Returns false when the extension is not installed in this
+ * database.
  */
 static bool
 sweeper_sweep(OutboxDatabase *db)
@@ -348,18 +385,10 @@ sweeper_sweep(OutboxDatabase *db)
 		{
 			pgstat_report_activity(STATE_RUNNING, "delivery_outbox: sweep");
 			now = GetCurrentTimestamp();
-			if (step == 0)
-				(void) outbox_reclaim_rows(outbox_default_table(),
-										   TimestampTzPlusMilliseconds(now,
-																	   -(int64) outbox_reclaim_after * 1000),
-										   SWEEPER_MAX_ROWS);
-			else if (step == 1)
-				(void) outbox_purge_rows(outbox_default_table(),
-										 TimestampTzPlusMilliseconds(now,
-																	 -(int64) outbox_retain_acked * 1000),
-										 SWEEPER_MAX_ROWS);
+			if (step < 2)
+				sweeper_sweep_tables(step == 0, now);
 			else
-				outbox_sync_backlog(outbox_default_table(), db); /* after the pass's own changes */
+				outbox_sync_backlog(db);	/* after the pass's own changes */
 		}
 		PopActiveSnapshot();
 		CommitTransactionCommand();
