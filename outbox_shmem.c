@@ -47,7 +47,7 @@ outbox_shmem_size(void)
 
 	size = add_size(size, mul_size(mul_size(OUTBOX_MAX_WORKERS,
 											outbox_handover_size),
-								   sizeof(int64)));
+								   sizeof(OutboxWakeup)));
 	return size;
 }
 
@@ -175,9 +175,9 @@ outbox_forget_database(Oid dboid)
  * does not fit is dropped and counted (the rows are there; relays drain).
  */
 void
-outbox_handover(OutboxDatabase *db, const int64 *ids, int nids)
+outbox_handover(OutboxDatabase *db, const OutboxWakeup *wakeups, int nids)
 {
-	int64	   *ring;
+	OutboxWakeup *ring;
 	int			size = outbox_shared->ring_size;
 	int			done = 0;
 	Latch	   *latch = NULL;
@@ -199,7 +199,7 @@ outbox_handover(OutboxDatabase *db, const int64 *ids, int nids)
 			latch = db->worker_latch;
 		n = Min(n, (int) (size - (db->ring_head - db->ring_tail)));
 		for (i = 0; i < n; i++)
-			ring[(db->ring_head + i) % size] = ids[done + i];
+			ring[(db->ring_head + i) % size] = wakeups[done + i];
 		db->ring_head += n;
 		SpinLockRelease(&db->mutex);
 

@@ -68,6 +68,13 @@ typedef struct OutboxDatabase
 	uint64		ring_tail;		/* next id to send is at tail % size */
 } OutboxDatabase;
 
+/* A deferred wake-up: a row of an outbox became pending. */
+typedef struct OutboxWakeup
+{
+	int64		id;				/* the row */
+	Oid			relid;			/* its outbox, for the channel */
+} OutboxWakeup;
+
 /* Work of a prepared transaction, counted when COMMIT PREPARED succeeds. */
 #define OUTBOX_MAX_PREPARED		64
 
@@ -86,7 +93,7 @@ typedef struct OutboxShared
 	TimestampTz started;
 	int			ring_size;		/* ids per hand-over ring */
 	OutboxDatabase databases[OUTBOX_MAX_DATABASES];
-	int64		rings[FLEXIBLE_ARRAY_MEMBER];	/* OUTBOX_MAX_WORKERS rings */
+	OutboxWakeup rings[FLEXIBLE_ARRAY_MEMBER];	/* OUTBOX_MAX_WORKERS rings */
 } OutboxShared;
 
 /* Ids one spinlock section copies into or out of a hand-over ring. */
@@ -99,6 +106,7 @@ extern Size outbox_shmem_size(void);
 extern void outbox_shmem_init(void);
 extern OutboxDatabase *outbox_database(Oid dboid, bool create);
 extern void outbox_forget_database(Oid dboid);
-extern void outbox_handover(OutboxDatabase *db, const int64 *ids, int nids);
+extern void outbox_handover(OutboxDatabase *db, const OutboxWakeup *wakeups,
+							int n);
 
 #endif							/* OUTBOX_SHMEM_H */

@@ -70,6 +70,7 @@ struct OutboxTable
 	char	   *row_expr;		/* its row o as the default outbox's row type */
 	bool		utc;			/* timestamps are "timestamp", read as UTC */
 	bool		registered;		/* made or attached: in the registry */
+	char	   *channel;		/* its own channel, or NULL: the GUC's */
 	List	   *plan_sets;		/* OutboxPlanSet, one per user */
 	OutboxPlanSet *plan_set;	/* the one last used */
 };
@@ -79,7 +80,8 @@ static bool outbox_table_check(OutboxTable *table);
 static void outbox_table_forget(OutboxTable *table);
 static void outbox_table_clear(OutboxTable *table);
 static char *outbox_row_expr(Relation rel, Relation def, bool *utc);
-static bool outbox_registered(Oid relid);
+static Relation outbox_registry_open(void);
+static bool outbox_registry_row(Oid relid, char **channel);
 static Oid	outbox_member_table(Oid ext_oid);
 static Oid	outbox_extension_table(void);
 
@@ -91,8 +93,6 @@ static Oid	outbox_ext_oid = InvalidOid;
 static Oid	outbox_default_relid = InvalidOid;
 static bool outbox_default_stale = false;
 
-/* Looks a table up in the registry (prepared per extension). */
-static SPIPlanPtr outbox_registry_plan = NULL;
 
 /*
  * outbox_table_relcache_callback
@@ -163,9 +163,6 @@ outbox_default_table(void)
 									HASH_FIND, NULL);
 			if (table != NULL)
 				outbox_table_forget(table);
-			if (outbox_registry_plan != NULL)
-				SPI_freeplan(outbox_registry_plan);
-			outbox_registry_plan = NULL;
 			outbox_default_relid = InvalidOid;
 			outbox_ext_oid = InvalidOid;
 		}
@@ -221,44 +218,36 @@ outbox_find_table(Oid relid)
  * outbox_table_list
  *
  * The OIDs of every outbox of this database, the default one first, then
- * the registry's in OID order (in CurrentMemoryContext).  Needs a
- * transaction; the default outbox must exist.
+ * the registry's in the order of its primary key (in CurrentMemoryContext).
+ * Needs a transaction; the default outbox must exist.
  */
 List *
 outbox_table_list(void)
 {
 	List	   *result = list_make1_oid(outbox_default_table()->relid);
-	Oid			nspid = get_rel_namespace(outbox_default_relid);
-	MemoryContext cxt = CurrentMemoryContext;
-	uint64		i;
-	int			rc;
+	Relation	reg = outbox_registry_open();
+	SysScanDesc scan;
+	HeapTuple	tup;
+	AttrNumber	origin;
 
-	if (!OidIsValid(get_relname_relid(OUTBOX_REGISTRY_NAME, nspid)))
+	if (reg == NULL)
 		return result;
-	rc = SPI_connect();
-	if (rc != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed: %s", SPI_result_code_string(rc));
-	rc = SPI_execute(psprintf("SELECT outbox::pg_catalog.oid FROM %s"
-							  " WHERE origin OPERATOR(pg_catalog.<>) 'default'"
-							  " ORDER BY 1",
-							  quote_qualified_identifier(get_namespace_name(nspid),
-														 OUTBOX_REGISTRY_NAME)),
-					 true, 0);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "listing the outboxes returned %s",
-			 SPI_result_code_string(rc));
-	for (i = 0; i < SPI_processed; i++)
+	origin = get_attnum(RelationGetRelid(reg), "origin");
+	scan = systable_beginscan(reg, RelationGetPrimaryKeyIndex(reg), true,
+							  NULL, 0, NULL);
+	while (HeapTupleIsValid(tup = systable_getnext(scan)))
 	{
 		bool		isnull;
-		Oid			relid = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
-														   SPI_tuptable->tupdesc,
-														   1, &isnull));
-		MemoryContext old = MemoryContextSwitchTo(cxt);
+		Datum		d = heap_getattr(tup, origin, RelationGetDescr(reg), &isnull);
 
-		result = lappend_oid(result, relid);
-		MemoryContextSwitchTo(old);
+		if (!isnull && strcmp(TextDatumGetCString(d), "default") == 0)
+			continue;
+		d = heap_getattr(tup, 1, RelationGetDescr(reg), &isnull);
+		if (!isnull)
+			result = lappend_oid(result, DatumGetObjectId(d));
 	}
-	SPI_finish();
+	systable_endscan(scan);
+	table_close(reg, AccessShareLock);
 	return result;
 }
 
@@ -292,6 +281,7 @@ outbox_table_entry(Oid relid)
 		table->row_expr = NULL;
 		table->utc = false;
 		table->registered = false;
+		table->channel = NULL;
 		table->plan_sets = NIL;
 		table->plan_set = NULL;
 	}
@@ -317,6 +307,8 @@ outbox_table_check(OutboxTable *table)
 	char	   *name;
 	char	   *row_expr;
 	bool		utc = false;
+	bool		registered;
+	char	   *channel = NULL;
 	MemoryContext old;
 
 	if (relname == NULL ||
@@ -327,8 +319,8 @@ outbox_table_check(OutboxTable *table)
 	}
 	name = quote_qualified_identifier(nspname, relname);
 
-	table->registered = table->relid != outbox_default_relid &&
-		outbox_registered(table->relid);
+	registered = outbox_registry_row(table->relid, &channel) &&
+		table->relid != outbox_default_relid;
 	if (table->relid == outbox_default_relid)
 		row_expr = pstrdup("o");
 	else
@@ -358,6 +350,10 @@ outbox_table_check(OutboxTable *table)
 		table->utc = utc;
 		MemoryContextSwitchTo(old);
 	}
+	/* the settings, re-read at every check */
+	table->registered = registered;
+	table->channel = channel != NULL ?
+		MemoryContextStrdup(table->cxt, channel) : NULL;
 	table->valid = true;
 	return true;
 }
@@ -402,6 +398,7 @@ outbox_table_clear(OutboxTable *table)
 	table->cxt = NULL;
 	table->name = NULL;
 	table->row_expr = NULL;
+	table->channel = NULL;
 	table->plan_sets = NIL;
 	table->plan_set = NULL;
 	table->valid = false;
@@ -466,47 +463,60 @@ outbox_row_expr(Relation rel, Relation def, bool *utc)
 }
 
 /*
- * outbox_registered
+ * outbox_registry_open
  *
- * Whether the registry lists relid as an outbox other than the default
- * one.  An extension still at version 1.1 has no registry: only its own
- * table is an outbox.
+ * The registry of the extension's schema, opened with AccessShareLock, or
+ * NULL: an extension still at version 1.1 has none, and only its own table
+ * is an outbox.  It is read directly, as a catalog: no privilege on it is
+ * needed (the SQL functions may run as any user), and a renamed schema
+ * cannot mislead a kept statement.
+ */
+static Relation
+outbox_registry_open(void)
+{
+	Oid			regid;
+
+	/* the default outbox was found first (its own check comes here too) */
+	Assert(OidIsValid(outbox_default_relid));
+	regid = get_relname_relid(OUTBOX_REGISTRY_NAME,
+							  get_rel_namespace(outbox_default_relid));
+	return OidIsValid(regid) ? table_open(regid, AccessShareLock) : NULL;
+}
+
+/*
+ * outbox_registry_row
+ *
+ * Whether the registry has a row for relid (made or attached, or the
+ * default outbox once configured), and its channel (palloc'd, or NULL).
  */
 static bool
-outbox_registered(Oid relid)
+outbox_registry_row(Oid relid, char **channel)
 {
-	Oid			nspid = get_rel_namespace(outbox_default_relid);
-	Datum		arg = ObjectIdGetDatum(relid);
-	bool		found;
-	int			rc;
+	Relation	reg = outbox_registry_open();
+	SysScanDesc scan;
+	ScanKeyData key;
+	HeapTuple	tup;
+	bool		found = false;
 
-	if (!OidIsValid(get_relname_relid(OUTBOX_REGISTRY_NAME, nspid)))
+	if (reg == NULL)
 		return false;
-	rc = SPI_connect();
-	if (rc != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed: %s", SPI_result_code_string(rc));
-	if (outbox_registry_plan == NULL)
+	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(relid));
+	scan = systable_beginscan(reg, RelationGetPrimaryKeyIndex(reg), true,
+							  NULL, 1, &key);
+	tup = systable_getnext(scan);
+	if (HeapTupleIsValid(tup))
 	{
-		Oid			argtype = OIDOID;
-		char	   *sql;
+		AttrNumber	attnum = get_attnum(RelationGetRelid(reg), "channel");
+		bool		isnull;
+		Datum		d = heap_getattr(tup, attnum, RelationGetDescr(reg), &isnull);
 
-		sql = psprintf("SELECT 1 FROM %s"
-					   " WHERE outbox::pg_catalog.oid OPERATOR(pg_catalog.=) $1"
-					   " AND origin OPERATOR(pg_catalog.<>) 'default'",
-					   quote_qualified_identifier(get_namespace_name(nspid),
-												  OUTBOX_REGISTRY_NAME));
-		outbox_registry_plan = SPI_prepare(sql, 1, &argtype);
-		if (outbox_registry_plan == NULL ||
-			SPI_keepplan(outbox_registry_plan) != 0)
-			elog(ERROR, "preparing \"%s\" failed: %s", sql,
-				 SPI_result_code_string(SPI_result));
+		found = true;
+		if (!isnull)
+			*channel = TextDatumGetCString(d);
 	}
-	rc = SPI_execute_plan(outbox_registry_plan, &arg, NULL, true, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "the outbox registry lookup returned %s",
-			 SPI_result_code_string(rc));
-	found = SPI_processed > 0;
-	SPI_finish();
+	systable_endscan(scan);
+	table_close(reg, AccessShareLock);
 	return found;
 }
 
@@ -535,6 +545,12 @@ bool
 outbox_table_utc(OutboxTable *table)
 {
 	return table->utc;
+}
+
+const char *
+outbox_table_channel(OutboxTable *table)
+{
+	return table->channel;
 }
 
 /*

@@ -34,6 +34,7 @@ extern Oid	outbox_table_relid(OutboxTable *table);
 extern const char *outbox_table_name(OutboxTable *table);
 extern const char *outbox_table_row_expr(OutboxTable *table);
 extern bool outbox_table_utc(OutboxTable *table);
+extern const char *outbox_table_channel(OutboxTable *table);
 extern SPIPlanPtr *outbox_table_plans(OutboxTable *table);
 
 extern bool outbox_installed(void);

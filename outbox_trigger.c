@@ -277,7 +277,7 @@ outbox_inserted_row(Relation rel, HeapTuple tuple, const OutboxColumns *cols,
 	if (state == OUTBOX_PENDING)
 	{
 		outbox_count(OUTBOX_COUNT_ENQUEUED, 1);
-		outbox_wake(DatumGetInt64(id), channel);
+		outbox_wake(DatumGetInt64(id), RelationGetRelid(rel), channel);
 	}
 }
 
@@ -439,7 +439,7 @@ outbox_guard_update(Relation rel, HeapTuple oldtuple, HeapTuple newtuple,
 			!outbox_datum_equal(old_recipient, old_recipient_null,
 								new_recipient, new_recipient_null,
 								TupleDescAttr(tupdesc, cols->recipient - 1)))
-			outbox_wake(id, channel);
+			outbox_wake(id, RelationGetRelid(rel), channel);
 	}
 
 	return newtuple;

@@ -61,6 +61,7 @@
 
 static void sweeper_detach(int code, Datum arg);
 static bool sweeper_send_wakeups(OutboxDatabase *db, int max_batches);
+static void sweeper_notify(const OutboxWakeup *wakeups, int n);
 static bool sweeper_sweep(OutboxDatabase *db);
 static void sweeper_sweep_tables(bool reclaim, TimestampTz now);
 static void sweeper_recover(void);
@@ -68,7 +69,7 @@ static bool sweeper_ring_used(OutboxDatabase *db);
 
 /* The worker's own slot, and its wake-up batch buffer. */
 static OutboxDatabase *sweeper_db = NULL;
-static int64 *sweeper_batch = NULL;
+static OutboxWakeup *sweeper_batch = NULL;
 
 /* When the next sweep is due; whether "not installed" was logged. */
 static TimestampTz sweeper_next_sweep = 0;
@@ -112,7 +113,7 @@ outbox_sweeper_main(Datum main_arg)
 					PGC_S_OVERRIDE);
 
 	sweeper_batch = MemoryContextAlloc(TopMemoryContext,
-									   sizeof(int64) * SWEEPER_NOTIFY_BATCH);
+									   sizeof(OutboxWakeup) * SWEEPER_NOTIFY_BATCH);
 
 	sweeper_db = outbox_database(MyDatabaseId, true);
 	if (sweeper_db == NULL)
@@ -267,6 +268,38 @@ sweeper_detach(int code, Datum arg)
 }
 
 /*
+ * sweeper_notify
+ *
+ * NOTIFY n wake-ups, each on the channel of its outbox (an outbox of its
+ * own channel, else delivery_outbox.channel); the wake-ups of a table that
+ * is no longer an outbox are dropped.  In a transaction.
+ */
+static void
+sweeper_notify(const OutboxWakeup *wakeups, int n)
+{
+	bool		installed = outbox_installed();
+	Oid			relid = InvalidOid;
+	OutboxTable *table = NULL;
+	int			i;
+
+	for (i = 0; i < n; i++)
+	{
+		if (!installed)
+		{
+			outbox_notify(wakeups[i].id, NULL);
+			continue;
+		}
+		if (wakeups[i].relid != relid)
+		{
+			relid = wakeups[i].relid;
+			table = outbox_find_table(relid);
+		}
+		if (table != NULL)
+			outbox_notify(wakeups[i].id, outbox_table_channel(table));
+	}
+}
+
+/*
  * sweeper_send_wakeups
  *
  * NOTIFY the ids waiting in the ring, SWEEPER_NOTIFY_BATCH per transaction,
@@ -276,7 +309,7 @@ static bool
 sweeper_send_wakeups(OutboxDatabase *db, int max_batches)
 {
 	int			size = outbox_shared->ring_size;
-	int64	   *ring = &outbox_shared->rings[(Size) db->ring * size];
+	OutboxWakeup *ring = &outbox_shared->rings[(Size) db->ring * size];
 	int			batches;
 	bool		more;
 
@@ -305,9 +338,10 @@ sweeper_send_wakeups(OutboxDatabase *db, int max_batches)
 			return false;
 
 		StartTransactionCommand();
+		PushActiveSnapshot(GetTransactionSnapshot());
 		pgstat_report_activity(STATE_RUNNING, "delivery_outbox: sending wake-ups");
-		for (i = 0; i < n; i++)
-			outbox_notify(sweeper_batch[i], NULL);
+		sweeper_notify(sweeper_batch, n);
+		PopActiveSnapshot();
 		CommitTransactionCommand();
 		pgstat_report_activity(STATE_IDLE, NULL);
 	}

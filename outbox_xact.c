@@ -64,7 +64,7 @@ static void outbox_stash_prepared(OutboxXactLevel *level);
 
 /* This transaction's bookkeeping (in TopTransactionContext), see above. */
 static OutboxXactLevel *outbox_xact = NULL;
-static int64 *outbox_deferred_ids = NULL;
+static OutboxWakeup *outbox_deferred_ids = NULL;
 static int	outbox_deferred_count = 0;
 static int	outbox_deferred_space = 0;
 
@@ -73,7 +73,7 @@ static int	outbox_deferred_space = 0;
  * of its locks (see outbox_xact_release_callback).
  */
 static OutboxXactLevel *outbox_committed = NULL;
-static int64 *outbox_committed_ids = NULL;
+static OutboxWakeup *outbox_committed_ids = NULL;
 static int	outbox_committed_nids = 0;
 
 /* GID of the PREPARE TRANSACTION this transaction ends with, if any. */
@@ -96,15 +96,15 @@ outbox_count(OutboxCounter counter, int64 delta)
 /*
  * outbox_wake
  *
- * A row became pending: wake relays, on channel (NULL:
+ * A row of the outbox relid became pending: wake relays, on channel (NULL:
  * delivery_outbox.channel), as delivery_outbox.notify says.  In deferred
  * mode the id waits in this transaction's list and is handed to the
- * database's worker at commit; where no worker serves the database, or for
- * a channel other than delivery_outbox.channel (the hand-over ring carries
- * ids only), it falls back to commit mode.
+ * database's worker at commit, with relid, by which the worker finds the
+ * outbox's channel; where no worker serves the database, it falls back to
+ * commit mode.
  */
 void
-outbox_wake(int64 id, const char *channel)
+outbox_wake(int64 id, Oid relid, const char *channel)
 {
 	OutboxDatabase *db;
 
@@ -114,9 +114,7 @@ outbox_wake(int64 id, const char *channel)
 	if (outbox_notify_mode == OUTBOX_NOTIFY_OFF)
 		return;
 
-	if (channel != NULL && strcmp(channel, outbox_channel) == 0)
-		channel = NULL;
-	if (outbox_notify_mode == OUTBOX_NOTIFY_DEFERRED && channel == NULL &&
+	if (outbox_notify_mode == OUTBOX_NOTIFY_DEFERRED &&
 		(db = outbox_my_database(false)) != NULL && db->ring >= 0)
 	{
 		if (outbox_deferred_count == outbox_deferred_space)
@@ -126,13 +124,15 @@ outbox_wake(int64 id, const char *channel)
 			if (outbox_deferred_ids == NULL)
 				outbox_deferred_ids =
 					MemoryContextAlloc(TopTransactionContext,
-									   sizeof(int64) * space);
+									   sizeof(OutboxWakeup) * space);
 			else
 				outbox_deferred_ids = repalloc(outbox_deferred_ids,
-											   sizeof(int64) * space);
+											   sizeof(OutboxWakeup) * space);
 			outbox_deferred_space = space;
 		}
-		outbox_deferred_ids[outbox_deferred_count++] = id;
+		outbox_deferred_ids[outbox_deferred_count].id = id;
+		outbox_deferred_ids[outbox_deferred_count].relid = relid;
+		outbox_deferred_count++;
 		return;
 	}
 

@@ -11,6 +11,8 @@
 # - the worker reclaims rows delivered too long ago, and purges old acked
 #   rows, in every outbox, not only the default one; a reclaimed row of the
 #   outbox with its own channel is notified on that channel only;
+# - in notify = deferred mode the worker sends each outbox's wake-ups on
+#   that outbox's channel;
 # - pg_dump + restore of the database brings back every outbox: its rows,
 #   states and bookkeeping, its sequence position (the next enqueue takes
 #   the next id), its settings (registry, channel, triggers), and the
@@ -22,6 +24,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(time usleep);
 use FindBin;
 use lib $FindBin::RealBin;
 use OutboxTest;
@@ -116,6 +119,39 @@ SELECT count(*) = 0 FROM $o WHERE delivery_state = 'acked'}),
 }
 $node->safe_psql('postgres',
 	"ALTER SYSTEM SET delivery_outbox.retain_acked = -1; SELECT pg_reload_conf()");
+
+# deferred wake-ups: handed to the worker, sent on each outbox's channel
+$node->safe_psql('postgres',
+	"ALTER SYSTEM SET delivery_outbox.notify = deferred; SELECT pg_reload_conf()");
+my $worker = wait_for_worker($node);
+$relay = listener($node);
+$relay->query_safe('LISTEN tenant_b_wakeups');
+my $deferred_a = $node->safe_psql('postgres',
+	"SELECT outbox_enqueue('agent:d', 'work', '\\x07', outbox => 'tenant_a.delivery_outbox')");
+my $deferred_b = $node->safe_psql('postgres',
+	"SELECT outbox_enqueue('agent:d', 'work', '\\x07', outbox => 'tenant_b.delivery_outbox')");
+my $got = '';
+my $deadline = time + $PostgreSQL::Test::Utils::timeout_default;
+while (time < $deadline
+	&& ($got !~ /"delivery_outbox" with payload "$deferred_a"/
+		|| $got !~ /"tenant_b_wakeups" with payload "$deferred_b"/))
+{
+	$got .= $relay->query_safe('SELECT 1');
+	usleep(50_000);
+}
+like($got,
+	qr/notification "delivery_outbox" with payload "$deferred_a" received from server process with PID $worker\./,
+	"deferred: tenant_a's id is sent by the worker on the default channel");
+like($got,
+	qr/notification "tenant_b_wakeups" with payload "$deferred_b" received from server process with PID $worker\./,
+	"deferred: tenant_b's id is sent by the worker on tenant_b's channel");
+is(scalar(() = $got =~ /notification "delivery_outbox" with payload/g),
+	1, "deferred: one wake-up on the default channel (tenant_a's), none for tenant_b");
+is(scalar(() = $got =~ /notification "tenant_b_wakeups" with payload/g),
+	1, "deferred: one wake-up on tenant_b's channel");
+$node->safe_psql('postgres',
+	"ALTER SYSTEM RESET delivery_outbox.notify; SELECT pg_reload_conf()");
+$relay->quit;
 
 # the attached table's timestamps are UTC wall-clock times
 is( $node->safe_psql(
