@@ -179,7 +179,11 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     rel name := (SELECT relname FROM pg_class WHERE oid = tbl);
+    nsp name := (SELECT n.nspname FROM pg_class c
+                   JOIN pg_namespace n ON n.oid = c.relnamespace
+                  WHERE c.oid = tbl);
     idx record;
+    idxname name;
 BEGIN
     FOR idx IN
         SELECT * FROM (VALUES
@@ -190,9 +194,10 @@ BEGIN
             ('acked_idx', '(acked_at) WHERE delivery_state OPERATOR(pg_catalog.=) ''acked''')
         ) AS v(suffix, def)
     LOOP
-        EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON %s %s',
-                       left(rel, 63 - length(idx.suffix) - 1) || '_' || idx.suffix,
-                       tbl, idx.def);
+        idxname := left(rel, 63 - length(idx.suffix) - 1) || '_' || idx.suffix;
+        IF to_regclass(format('%I.%I', nsp, idxname)) IS NULL THEN
+            EXECUTE format('CREATE INDEX %I ON %s %s', idxname, tbl, idx.def);
+        END IF;
     END LOOP;
     PERFORM @extschema@.outbox_set_triggers(tbl, channel);
     INSERT INTO @extschema@.delivery_outbox_registry (outbox, origin, channel)

@@ -113,3 +113,38 @@ CREATE EXTENSION delivery_outbox;
 SELECT count(*) AS rows_after_recreate FROM delivery_outbox;
 SELECT outbox_enqueue('agent:a', 'work', '\x03') AS first_id;
 DROP EXTENSION delivery_outbox;
+
+--
+-- With other outboxes (created or attached), DROP EXTENSION refuses: their
+-- triggers depend on the extension's trigger functions.  CASCADE drops those
+-- triggers and leaves the tables and their rows; created again, the
+-- extension does not know them until they are attached again.
+--
+CREATE EXTENSION delivery_outbox;
+CREATE SCHEMA regress_tenant;
+SELECT outbox_create('regress_tenant');
+SELECT outbox_enqueue('agent:t', 'work', '\x04',
+                      outbox => 'regress_tenant.delivery_outbox') AS tenant_id;
+\set VERBOSITY terse
+DROP EXTENSION delivery_outbox;
+\echo :SQLSTATE
+\set VERBOSITY default
+SELECT count(*) AS tenant_triggers FROM pg_trigger
+ WHERE tgrelid = 'regress_tenant.delivery_outbox'::regclass AND NOT tgisinternal;
+DROP EXTENSION delivery_outbox CASCADE;
+SELECT count(*) AS tenant_rows FROM regress_tenant.delivery_outbox;
+SELECT count(*) AS tenant_triggers FROM pg_trigger
+ WHERE tgrelid = 'regress_tenant.delivery_outbox'::regclass AND NOT tgisinternal;
+CREATE EXTENSION delivery_outbox;
+SELECT outbox FROM delivery_outbox_tables ORDER BY outbox::text;
+\set VERBOSITY terse
+SELECT outbox_enqueue('agent:t', 'work', '\x05',
+                      outbox => 'regress_tenant.delivery_outbox');
+\echo :SQLSTATE
+\set VERBOSITY default
+SELECT outbox_attach('regress_tenant.delivery_outbox');
+SELECT id, recipient, delivery_state FROM outbox_claim(10,
+       outbox => 'regress_tenant.delivery_outbox');
+DROP SCHEMA regress_tenant CASCADE;
+SELECT outbox FROM delivery_outbox_tables ORDER BY outbox::text;
+DROP EXTENSION delivery_outbox;
