@@ -638,3 +638,60 @@ BEGIN
     END LOOP;
 END
 $$;
+
+--
+-- outbox_activity() and its view gain the column "outbox": a row per
+-- outbox (of every database shared memory tracks) instead of one per
+-- database.  Their GRANTs are carried over.
+--
+DO $$
+DECLARE
+    fn_acl aclitem[] := (SELECT proacl FROM pg_proc
+                          WHERE oid = 'outbox_activity()'::regprocedure);
+    view_acl aclitem[] := (SELECT relacl FROM pg_class
+                            WHERE oid = 'delivery_outbox_activity'::regclass);
+    g record;
+BEGIN
+    DROP VIEW delivery_outbox_activity;
+    DROP FUNCTION outbox_activity();
+    CREATE FUNCTION outbox_activity(OUT datname text,
+                                    OUT outbox regclass,
+                                    OUT enqueued bigint,
+                                    OUT claimed bigint,
+                                    OUT acked bigint,
+                                    OUT released bigint,
+                                    OUT reclaimed bigint,
+                                    OUT purged bigint,
+                                    OUT notified bigint,
+                                    OUT notify_skipped bigint,
+                                    OUT handover_dropped bigint,
+                                    OUT backlog_pending bigint,
+                                    OUT backlog_delivered bigint,
+                                    OUT stats_since timestamptz)
+    RETURNS SETOF record
+    AS 'MODULE_PATHNAME', 'outbox_activity'
+    LANGUAGE C VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp;
+    CREATE VIEW delivery_outbox_activity AS
+        SELECT * FROM outbox_activity();
+    REVOKE ALL ON FUNCTION outbox_activity() FROM PUBLIC;
+    REVOKE ALL ON TABLE delivery_outbox_activity FROM PUBLIC;
+    FOR g IN SELECT a.grantee, a.is_grantable FROM aclexplode(fn_acl) a
+              WHERE a.privilege_type = 'EXECUTE'
+                AND a.grantee <> (SELECT proowner FROM pg_proc
+                                   WHERE oid = 'outbox_activity()'::regprocedure)
+    LOOP
+        EXECUTE format('GRANT EXECUTE ON FUNCTION outbox_activity() TO %s%s',
+                       CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE g.grantee::regrole::text END,
+                       CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+    END LOOP;
+    FOR g IN SELECT a.grantee, a.privilege_type, a.is_grantable FROM aclexplode(view_acl) a
+              WHERE a.grantee <> (SELECT relowner FROM pg_class
+                                   WHERE oid = 'delivery_outbox_activity'::regclass)
+    LOOP
+        EXECUTE format('GRANT %s ON TABLE delivery_outbox_activity TO %s%s', g.privilege_type,
+                       CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE g.grantee::regrole::text END,
+                       CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+    END LOOP;
+END
+$$;

@@ -44,6 +44,9 @@
 #include "outbox_xact.h"
 
 static int	outbox_int64_cmp(const void *a, const void *b);
+static void outbox_activity_row(Tuplestorestate *tupstore, TupleDesc tupdesc,
+								Oid dboid, Oid relid,
+								pg_atomic_uint64 *counters, bool counted);
 static uint64 outbox_ack_internal(OutboxTable *t, Datum ids, Datum recipient,
 								  char recipient_null);
 
@@ -559,6 +562,7 @@ outbox_activity(PG_FUNCTION_ARGS)
 {
 	Tuplestorestate *tupstore;
 	TupleDesc	tupdesc;
+	bool		per_outbox;
 	int			i;
 
 	if (outbox_shared == NULL)
@@ -570,12 +574,15 @@ outbox_activity(PG_FUNCTION_ARGS)
 
 	tupstore = outbox_begin_srf(fcinfo, 0);
 	tupdesc = ((ReturnSetInfo *) fcinfo->resultinfo)->setDesc;
-	if (tupdesc->natts != OUTBOX_NUM_COUNTERS + 2)
+	/* 1.2: a row per outbox, with its OID; 1.1: a row per database */
+	per_outbox = tupdesc->natts == OUTBOX_NUM_COUNTERS + 3;
+	if (!per_outbox && tupdesc->natts != OUTBOX_NUM_COUNTERS + 2)
 		elog(ERROR, "outbox_activity() is declared with %d columns, expected %d",
-			 tupdesc->natts, OUTBOX_NUM_COUNTERS + 2);
+			 tupdesc->natts, OUTBOX_NUM_COUNTERS + 3);
 
 	{
 		OutboxDatabase *mine = outbox_my_database(true);
+		bool		installed = outbox_installed();
 
 		/*
 		 * Count when never counted since the start; where no worker
@@ -583,44 +590,82 @@ outbox_activity(PG_FUNCTION_ARGS)
 		 * OUTBOX_RECOUNT_MS, so that drift (TRUNCATE, a dropped extension)
 		 * does not last.
 		 */
-		if (mine != NULL &&
+		if (mine != NULL && installed &&
 			(pg_atomic_read_u32(&mine->backlog_valid) == 0 ||
 			 (mine->worker_pid == 0 &&
 			  TimestampDifferenceExceeds((TimestampTz) pg_atomic_read_u64(&mine->backlog_counted_at),
 										 GetCurrentTimestamp(),
-										 OUTBOX_RECOUNT_MS))) &&
-			outbox_installed())
+										 OUTBOX_RECOUNT_MS))))
 			outbox_sync_backlog(mine);
+
+		/* every outbox of this database has its row, used or not */
+		if (per_outbox && installed)
+		{
+			ListCell   *lc;
+
+			foreach(lc, outbox_table_list())
+				(void) outbox_table_slot(MyDatabaseId, lfirst_oid(lc), true);
+		}
 	}
 
-	for (i = 0; i < OUTBOX_MAX_DATABASES; i++)
+	if (per_outbox)
 	{
-		OutboxDatabase *db = &outbox_shared->databases[i];
-		Datum		values[OUTBOX_NUM_COUNTERS + 2];
-		bool		nulls[OUTBOX_NUM_COUNTERS + 2];
-		char	   *datname;
-		int			c;
-
-		if (!OidIsValid(db->dboid))
-			continue;
-		datname = get_database_name(db->dboid);
-		if (datname == NULL)
-			continue;			/* dropped */
-
-		memset(nulls, 0, sizeof(nulls));
-		values[0] = CStringGetTextDatum(datname);
-		for (c = 0; c < OUTBOX_NUM_COUNTERS; c++)
-			values[c + 1] = Int64GetDatum((int64) pg_atomic_read_u64(&db->counters[c]));
-		if (pg_atomic_read_u32(&db->backlog_valid) == 0)
+		for (i = 0; i < OUTBOX_MAX_TABLES; i++)
 		{
-			for (c = OUTBOX_FIRST_GAUGE; c < OUTBOX_NUM_COUNTERS; c++)
-				nulls[c + 1] = true;
+			OutboxTableSlot *slot = &outbox_shared->tables[i];
+
+			if (OidIsValid(slot->dboid))
+				outbox_activity_row(tupstore, tupdesc, slot->dboid,
+									slot->relid, slot->counters,
+									pg_atomic_read_u32(&slot->backlog_valid) != 0);
 		}
-		values[OUTBOX_NUM_COUNTERS + 1] = TimestampTzGetDatum(outbox_shared->started);
-		tuplestore_putvalues(tupstore, tupdesc, values, nulls);
+	}
+	else
+	{
+		for (i = 0; i < OUTBOX_MAX_DATABASES; i++)
+		{
+			OutboxDatabase *db = &outbox_shared->databases[i];
+
+			if (OidIsValid(db->dboid))
+				outbox_activity_row(tupstore, tupdesc, db->dboid, InvalidOid,
+									db->counters,
+									pg_atomic_read_u32(&db->backlog_valid) != 0);
+		}
 	}
 
 	return (Datum) 0;
+}
+
+/*
+ * outbox_activity_row
+ *
+ * One row of outbox_activity(): the database's name, the outbox (when
+ * relid is valid: the 1.2 shape), the counters, the gauges (NULL until
+ * counted) and the server's start.  Nothing for a dropped database.
+ */
+static void
+outbox_activity_row(Tuplestorestate *tupstore, TupleDesc tupdesc, Oid dboid,
+					Oid relid, pg_atomic_uint64 *counters, bool counted)
+{
+	Datum		values[OUTBOX_NUM_COUNTERS + 3];
+	bool		nulls[OUTBOX_NUM_COUNTERS + 3];
+	char	   *datname = get_database_name(dboid);
+	int			col = 0;
+	int			c;
+
+	if (datname == NULL)
+		return;					/* dropped */
+	memset(nulls, 0, sizeof(nulls));
+	values[col++] = CStringGetTextDatum(datname);
+	if (OidIsValid(relid))
+		values[col++] = ObjectIdGetDatum(relid);
+	for (c = 0; c < OUTBOX_NUM_COUNTERS; c++)
+	{
+		values[col] = Int64GetDatum((int64) pg_atomic_read_u64(&counters[c]));
+		nulls[col++] = !counted && c >= OUTBOX_FIRST_GAUGE;
+	}
+	values[col] = TimestampTzGetDatum(outbox_shared->started);
+	tuplestore_putvalues(tupstore, tupdesc, values, nulls);
 }
 
 /*

@@ -26,6 +26,7 @@
 
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 
@@ -400,7 +401,8 @@ outbox_purge_rows(OutboxTable *table, TimestampTz cutoff, int64 max_rows)
  * outbox_sync_backlog
  *
  * Count the open rows per state of every outbox of the database (from the
- * open-row indexes, O(open rows)) and make the sums the backlog gauges.
+ * open-row indexes, O(open rows)): each outbox's gauges, and the sums as the
+ * database's.  The counter slots of outboxes that are gone are given back.
  * Transactions committing meanwhile may leave the gauges off by their own
  * rows until the next count; the sweeper re-counts at every pass.
  */
@@ -417,19 +419,46 @@ outbox_sync_backlog(OutboxDatabase *db)
 	foreach(lc, outbox_table_list())
 	{
 		OutboxTable *table = outbox_find_table(lfirst_oid(lc));
+		OutboxTableSlot *slot;
 		bool		isnull;
+		int64		p;
+		int64		d;
 
 		if (table == NULL)
 			continue;			/* dropped meanwhile */
 		outbox_execute(table, OUTBOX_PLAN_BACKLOG, NULL, NULL, SPI_OK_SELECT);
-		pending += DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-											   SPI_tuptable->tupdesc, 1,
-											   &isnull));
-		delivered += DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-												 SPI_tuptable->tupdesc, 2,
-												 &isnull));
+		p = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+										SPI_tuptable->tupdesc, 1, &isnull));
+		d = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+										SPI_tuptable->tupdesc, 2, &isnull));
+		pending += p;
+		delivered += d;
+		slot = outbox_table_slot(MyDatabaseId, outbox_table_relid(table), true);
+		if (slot != NULL)
+		{
+			pg_atomic_write_u64(&slot->counters[OUTBOX_COUNT_BACKLOG_PENDING],
+								(uint64) p);
+			pg_atomic_write_u64(&slot->counters[OUTBOX_COUNT_BACKLOG_DELIVERED],
+								(uint64) d);
+			pg_atomic_write_u32(&slot->backlog_valid, 1);
+		}
 	}
 	SPI_finish();
+
+	/* give back the slots of this database's outboxes that are gone */
+	if (outbox_shared != NULL)
+	{
+		int			i;
+
+		for (i = 0; i < OUTBOX_MAX_TABLES; i++)
+		{
+			OutboxTableSlot *slot = &outbox_shared->tables[i];
+
+			if (slot->dboid == MyDatabaseId &&
+				outbox_find_table(slot->relid) == NULL)
+				outbox_forget_table_slot(slot);
+		}
+	}
 	pg_atomic_write_u64(&db->counters[OUTBOX_COUNT_BACKLOG_PENDING],
 						(uint64) pending);
 	pg_atomic_write_u64(&db->counters[OUTBOX_COUNT_BACKLOG_DELIVERED],

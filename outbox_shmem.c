@@ -90,6 +90,17 @@ outbox_shmem_init(void)
 			db->ring_head = 0;
 			db->ring_tail = 0;
 		}
+		for (i = 0; i < OUTBOX_MAX_TABLES; i++)
+		{
+			OutboxTableSlot *slot = &outbox_shared->tables[i];
+			int			c;
+
+			slot->dboid = InvalidOid;
+			slot->relid = InvalidOid;
+			for (c = 0; c < OUTBOX_NUM_COUNTERS; c++)
+				pg_atomic_init_u64(&slot->counters[c], 0);
+			pg_atomic_init_u32(&slot->backlog_valid, 0);
+		}
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -164,6 +175,77 @@ outbox_forget_database(Oid dboid)
 		pg_atomic_write_u32(&db->backlog_valid, 0);
 		db->dboid = InvalidOid;
 	}
+	for (i = 0; i < OUTBOX_MAX_TABLES; i++)
+	{
+		if (outbox_shared->tables[i].dboid == dboid)
+			outbox_shared->tables[i].dboid = InvalidOid;
+	}
+	SpinLockRelease(&outbox_shared->mutex);
+}
+
+/*
+ * outbox_table_slot
+ *
+ * The counters of the outbox relid of database dboid, taken on first use
+ * when create is true.  NULL without shared memory, or when every slot is
+ * taken.  A slot found without the lock may be given back meanwhile (its
+ * table dropped): a counter added to it then is lost with the table.
+ */
+OutboxTableSlot *
+outbox_table_slot(Oid dboid, Oid relid, bool create)
+{
+	OutboxTableSlot *result = NULL;
+	int			i;
+
+	if (outbox_shared == NULL || !OidIsValid(dboid) || !OidIsValid(relid))
+		return NULL;
+	for (i = 0; i < OUTBOX_MAX_TABLES; i++)
+	{
+		OutboxTableSlot *slot = &outbox_shared->tables[i];
+
+		if (slot->dboid == dboid && slot->relid == relid)
+			return slot;
+	}
+	if (!create)
+		return NULL;
+
+	SpinLockAcquire(&outbox_shared->mutex);
+	for (i = 0; i < OUTBOX_MAX_TABLES && result == NULL; i++)
+	{
+		OutboxTableSlot *slot = &outbox_shared->tables[i];
+
+		if (slot->dboid == dboid && slot->relid == relid)
+			result = slot;
+	}
+	for (i = 0; i < OUTBOX_MAX_TABLES && result == NULL; i++)
+	{
+		OutboxTableSlot *slot = &outbox_shared->tables[i];
+		int			c;
+
+		if (OidIsValid(slot->dboid))
+			continue;
+		for (c = 0; c < OUTBOX_NUM_COUNTERS; c++)
+			pg_atomic_write_u64(&slot->counters[c], 0);
+		pg_atomic_write_u32(&slot->backlog_valid, 0);
+		slot->relid = relid;
+		pg_write_barrier();
+		slot->dboid = dboid;
+		result = slot;
+	}
+	SpinLockRelease(&outbox_shared->mutex);
+	return result;
+}
+
+/*
+ * outbox_forget_table_slot
+ *
+ * Its table is gone: give the slot back.
+ */
+void
+outbox_forget_table_slot(OutboxTableSlot *slot)
+{
+	SpinLockAcquire(&outbox_shared->mutex);
+	slot->dboid = InvalidOid;
 	SpinLockRelease(&outbox_shared->mutex);
 }
 
@@ -173,8 +255,9 @@ outbox_forget_database(Oid dboid)
  * Called by a committed producer (notify = deferred): append the ids to the
  * database's ring and wake its worker.  Must not fail and must not wait: what
  * does not fit is dropped and counted (the rows are there; relays drain).
+ * Returns how many were taken: the first ones.
  */
-void
+int
 outbox_handover(OutboxDatabase *db, const OutboxWakeup *wakeups, int nids)
 {
 	OutboxWakeup *ring;
@@ -213,4 +296,5 @@ outbox_handover(OutboxDatabase *db, const OutboxWakeup *wakeups, int nids)
 								nids - done);
 	if (latch != NULL)
 		SetLatch(latch);
+	return done;
 }

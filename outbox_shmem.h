@@ -68,6 +68,22 @@ typedef struct OutboxDatabase
 	uint64		ring_tail;		/* next id to send is at tail % size */
 } OutboxDatabase;
 
+/*
+ * One outbox's counters (the same as its database's, for that table only),
+ * found by (database, table OID).  A slot is taken on first use, under the
+ * shared mutex, and given back when the worker finds its table gone or the
+ * database is dropped.
+ */
+#define OUTBOX_MAX_TABLES		128
+
+typedef struct OutboxTableSlot
+{
+	Oid			dboid;			/* InvalidOid: slot unused */
+	Oid			relid;
+	pg_atomic_uint64 counters[OUTBOX_NUM_COUNTERS];
+	pg_atomic_uint32 backlog_valid;
+} OutboxTableSlot;
+
 /* A deferred wake-up: a row of an outbox became pending. */
 typedef struct OutboxWakeup
 {
@@ -75,8 +91,13 @@ typedef struct OutboxWakeup
 	Oid			relid;			/* its outbox, for the channel */
 } OutboxWakeup;
 
-/* Work of a prepared transaction, counted when COMMIT PREPARED succeeds. */
+/*
+ * Work of a prepared transaction, counted when COMMIT PREPARED succeeds:
+ * its database's deltas, and those of the first OUTBOX_PREPARED_TABLES
+ * outboxes it touched (more go uncounted per outbox).
+ */
 #define OUTBOX_MAX_PREPARED		64
+#define OUTBOX_PREPARED_TABLES	4
 
 typedef struct OutboxPrepared
 {
@@ -84,6 +105,9 @@ typedef struct OutboxPrepared
 	char		gid[GIDSIZE];
 	bool		made_pending;
 	int64		deltas[OUTBOX_NUM_COUNTERS];
+	int			ntables;
+	Oid			relids[OUTBOX_PREPARED_TABLES];
+	int64		table_deltas[OUTBOX_PREPARED_TABLES][OUTBOX_NUM_COUNTERS];
 } OutboxPrepared;
 
 typedef struct OutboxShared
@@ -93,6 +117,7 @@ typedef struct OutboxShared
 	TimestampTz started;
 	int			ring_size;		/* ids per hand-over ring */
 	OutboxDatabase databases[OUTBOX_MAX_DATABASES];
+	OutboxTableSlot tables[OUTBOX_MAX_TABLES];
 	OutboxWakeup rings[FLEXIBLE_ARRAY_MEMBER];	/* OUTBOX_MAX_WORKERS rings */
 } OutboxShared;
 
@@ -106,7 +131,9 @@ extern Size outbox_shmem_size(void);
 extern void outbox_shmem_init(void);
 extern OutboxDatabase *outbox_database(Oid dboid, bool create);
 extern void outbox_forget_database(Oid dboid);
-extern void outbox_handover(OutboxDatabase *db, const OutboxWakeup *wakeups,
+extern OutboxTableSlot *outbox_table_slot(Oid dboid, Oid relid, bool create);
+extern void outbox_forget_table_slot(OutboxTableSlot *slot);
+extern int	outbox_handover(OutboxDatabase *db, const OutboxWakeup *wakeups,
 							int n);
 
 #endif							/* OUTBOX_SHMEM_H */

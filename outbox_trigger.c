@@ -59,7 +59,7 @@ static HeapTuple outbox_guard_update(Relation rel, HeapTuple oldtuple,
 									 const OutboxColumns *cols,
 									 const char *channel);
 static const char *outbox_trigger_channel(Trigger *trigger, int argno);
-static void outbox_count_state(OutboxState state, int64 delta);
+static void outbox_count_state(Oid relid, OutboxState state, int64 delta);
 
 PG_FUNCTION_INFO_V1(outbox_state_guard);
 PG_FUNCTION_INFO_V1(outbox_inserted);
@@ -116,9 +116,11 @@ outbox_state_guard(PG_FUNCTION_ARGS)
 		d = heap_getattr(trigdata->tg_trigtuple, cols->state,
 						 RelationGetDescr(trigdata->tg_relation), &isnull);
 		if (!isnull)
-			outbox_count_state(outbox_parse_state(trigdata->tg_relation,
+			outbox_count_state(RelationGetRelid(trigdata->tg_relation),
+							   outbox_parse_state(trigdata->tg_relation,
 												  cols->state, d, 0), -1);
-		outbox_count(OUTBOX_COUNT_PURGED, 1);
+		outbox_count(RelationGetRelid(trigdata->tg_relation),
+					 OUTBOX_COUNT_PURGED, 1);
 		return PointerGetDatum(trigdata->tg_trigtuple);
 	}
 
@@ -273,10 +275,10 @@ outbox_inserted_row(Relation rel, HeapTuple tuple, const OutboxColumns *cols,
 	if (isnull)
 		return;
 	state = outbox_parse_state(rel, cols->state, d, DatumGetInt64(id));
-	outbox_count_state(state, 1);
+	outbox_count_state(RelationGetRelid(rel), state, 1);
 	if (state == OUTBOX_PENDING)
 	{
-		outbox_count(OUTBOX_COUNT_ENQUEUED, 1);
+		outbox_count(RelationGetRelid(rel), OUTBOX_COUNT_ENQUEUED, 1);
 		outbox_wake(DatumGetInt64(id), RelationGetRelid(rel), channel);
 	}
 }
@@ -415,14 +417,16 @@ outbox_guard_update(Relation rel, HeapTuple oldtuple, HeapTuple newtuple,
 
 	if (from != to)
 	{
-		outbox_count_state(from, -1);
-		outbox_count_state(to, 1);
+		Oid			relid = RelationGetRelid(rel);
+
+		outbox_count_state(relid, from, -1);
+		outbox_count_state(relid, to, 1);
 		if (to == OUTBOX_DELIVERED)
-			outbox_count(OUTBOX_COUNT_CLAIMED, 1);
+			outbox_count(relid, OUTBOX_COUNT_CLAIMED, 1);
 		else if (to == OUTBOX_ACKED)
-			outbox_count(OUTBOX_COUNT_ACKED, 1);
+			outbox_count(relid, OUTBOX_COUNT_ACKED, 1);
 		else
-			outbox_count(outbox_requeue_counter, 1);
+			outbox_count(relid, outbox_requeue_counter, 1);
 	}
 
 	/*
@@ -523,12 +527,12 @@ outbox_datum_equal(Datum a, bool a_null, Datum b, bool b_null,
  * A row entered (delta 1) or left (-1) a state: the open backlog gauges.
  */
 static void
-outbox_count_state(OutboxState state, int64 delta)
+outbox_count_state(Oid relid, OutboxState state, int64 delta)
 {
 	if (state == OUTBOX_PENDING)
-		outbox_count(OUTBOX_COUNT_BACKLOG_PENDING, delta);
+		outbox_count(relid, OUTBOX_COUNT_BACKLOG_PENDING, delta);
 	else if (state == OUTBOX_DELIVERED)
-		outbox_count(OUTBOX_COUNT_BACKLOG_DELIVERED, delta);
+		outbox_count(relid, OUTBOX_COUNT_BACKLOG_DELIVERED, delta);
 }
 
 /*

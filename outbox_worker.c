@@ -286,7 +286,7 @@ sweeper_notify(const OutboxWakeup *wakeups, int n)
 	{
 		if (!installed)
 		{
-			outbox_notify(wakeups[i].id, NULL);
+			outbox_notify(wakeups[i].id, wakeups[i].relid, NULL);
 			continue;
 		}
 		if (wakeups[i].relid != relid)
@@ -295,7 +295,8 @@ sweeper_notify(const OutboxWakeup *wakeups, int n)
 			table = outbox_find_table(relid);
 		}
 		if (table != NULL)
-			outbox_notify(wakeups[i].id, outbox_table_channel(table));
+			outbox_notify(wakeups[i].id, wakeups[i].relid,
+						  outbox_table_channel(table));
 	}
 }
 

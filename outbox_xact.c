@@ -51,15 +51,27 @@
 typedef struct OutboxXactLevel
 {
 	int			nest_level;
-	int64		deltas[OUTBOX_NUM_COUNTERS];
+	int64		deltas[OUTBOX_NUM_COUNTERS];	/* the database's */
+	List	   *tables;			/* OutboxTableDeltas: each outbox's */
 	bool		made_pending;
 	int			nids_at_start;
 	struct OutboxXactLevel *parent;
 } OutboxXactLevel;
 
+/* One outbox's share of a level's deltas. */
+typedef struct OutboxTableDeltas
+{
+	Oid			relid;
+	int64		deltas[OUTBOX_NUM_COUNTERS];
+} OutboxTableDeltas;
+
 static OutboxXactLevel *outbox_level(void);
+static OutboxTableDeltas *outbox_table_deltas(OutboxXactLevel *level,
+											  Oid relid);
 static void outbox_publish(OutboxDatabase *db, const int64 *deltas,
 						   bool made_pending);
+static void outbox_publish_tables(List *tables, const OutboxWakeup *dropped,
+								  int ndropped);
 static void outbox_stash_prepared(OutboxXactLevel *level);
 
 /* This transaction's bookkeeping (in TopTransactionContext), see above. */
@@ -82,15 +94,47 @@ static char outbox_prepare_gid[GIDSIZE];
 /*
  * outbox_count
  *
- * Add delta to one of this database's counters when (and if) the current
- * transaction commits.  A no-op without shared memory.
+ * Add delta to one of the counters of this database and of the outbox
+ * relid when (and if) the current transaction commits.  A no-op without
+ * shared memory.
  */
 void
-outbox_count(OutboxCounter counter, int64 delta)
+outbox_count(Oid relid, OutboxCounter counter, int64 delta)
 {
+	OutboxXactLevel *level;
+
 	if (outbox_shared == NULL)
 		return;
-	outbox_level()->deltas[counter] += delta;
+	level = outbox_level();
+	level->deltas[counter] += delta;
+	outbox_table_deltas(level, relid)->deltas[counter] += delta;
+}
+
+/*
+ * outbox_table_deltas
+ *
+ * The deltas of the outbox relid at this level, made on first use.  A
+ * transaction touches few outboxes: a short list, the last one used first.
+ */
+static OutboxTableDeltas *
+outbox_table_deltas(OutboxXactLevel *level, Oid relid)
+{
+	OutboxTableDeltas *t;
+	ListCell   *lc;
+	MemoryContext old;
+
+	foreach(lc, level->tables)
+	{
+		t = lfirst(lc);
+		if (t->relid == relid)
+			return t;
+	}
+	old = MemoryContextSwitchTo(TopTransactionContext);
+	t = palloc0(sizeof(OutboxTableDeltas));
+	t->relid = relid;
+	level->tables = lcons(t, level->tables);
+	MemoryContextSwitchTo(old);
+	return t;
 }
 
 /*
@@ -136,14 +180,14 @@ outbox_wake(int64 id, Oid relid, const char *channel)
 		return;
 	}
 
-	outbox_notify(id, channel);
+	outbox_notify(id, relid, channel);
 }
 
 /*
  * outbox_notify
  *
- * Queue the wake-up for a row that became pending, on channel (NULL:
- * delivery_outbox.channel): the id, nothing else.
+ * Queue the wake-up for a row of the outbox relid that became pending, on
+ * channel (NULL: delivery_outbox.channel): the id, nothing else.
  * async.c sends it when the transaction commits and drops it on rollback.
  * When the notification queue is fuller than notify_queue_limit the NOTIFY
  * is skipped, since a full queue makes a notifying COMMIT fail; the row is
@@ -151,7 +195,7 @@ outbox_wake(int64 id, Oid relid, const char *channel)
  * by the worker for deferred wake-ups.
  */
 void
-outbox_notify(int64 id, const char *channel)
+outbox_notify(int64 id, Oid relid, const char *channel)
 {
 	static LocalTransactionId checked_in = InvalidLocalTransactionId;
 	static double usage = 0.0;
@@ -184,14 +228,14 @@ outbox_notify(int64 id, const char *channel)
 							 OUTBOX_GUC_PREFIX, outbox_notify_queue_limit)));
 			skip_logged = true;
 		}
-		outbox_count(OUTBOX_COUNT_NOTIFY_SKIPPED, 1);
+		outbox_count(relid, OUTBOX_COUNT_NOTIFY_SKIPPED, 1);
 		return;
 	}
 	skip_logged = false;
 
 	snprintf(payload, sizeof(payload), INT64_FORMAT, id);
 	Async_Notify(channel != NULL ? channel : outbox_channel, payload);
-	outbox_count(OUTBOX_COUNT_NOTIFIED, 1);
+	outbox_count(relid, OUTBOX_COUNT_NOTIFIED, 1);
 }
 
 /*
@@ -268,8 +312,18 @@ outbox_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 
 		if (parent != NULL && parent->nest_level == nest_level - 1)
 		{
+			ListCell   *lc;
+
 			for (c = 0; c < OUTBOX_NUM_COUNTERS; c++)
 				parent->deltas[c] += level->deltas[c];
+			foreach(lc, level->tables)
+			{
+				OutboxTableDeltas *t = lfirst(lc);
+				OutboxTableDeltas *p = outbox_table_deltas(parent, t->relid);
+
+				for (c = 0; c < OUTBOX_NUM_COUNTERS; c++)
+					p->deltas[c] += t->deltas[c];
+			}
 			parent->made_pending |= level->made_pending;
 			outbox_xact = parent;
 		}
@@ -348,6 +402,7 @@ outbox_xact_release_callback(ResourceReleasePhase phase, bool isCommit,
 {
 	OutboxXactLevel *level = outbox_committed;
 	OutboxDatabase *db;
+	int			taken;
 
 	if (level == NULL || phase != RESOURCE_RELEASE_AFTER_LOCKS ||
 		!isCommit || !isTopLevel)
@@ -358,9 +413,48 @@ outbox_xact_release_callback(ResourceReleasePhase phase, bool isCommit,
 	db = outbox_my_database(true);
 	if (db == NULL)
 		return;
-	if (outbox_committed_nids > 0)
-		outbox_handover(db, outbox_committed_ids, outbox_committed_nids);
+	taken = outbox_committed_nids > 0 ?
+		outbox_handover(db, outbox_committed_ids, outbox_committed_nids) : 0;
 	outbox_publish(db, level->deltas, level->made_pending);
+	outbox_publish_tables(level->tables, outbox_committed_ids + taken,
+						  outbox_committed_nids - taken);
+}
+
+/*
+ * outbox_publish_tables
+ *
+ * Add committed deltas to each outbox's counters, and count the wake-ups
+ * the hand-over ring had no room for against their outboxes.  Never fails:
+ * an outbox without a slot (all taken) goes uncounted.
+ */
+static void
+outbox_publish_tables(List *tables, const OutboxWakeup *dropped, int ndropped)
+{
+	ListCell   *lc;
+	int			i;
+
+	foreach(lc, tables)
+	{
+		OutboxTableDeltas *t = lfirst(lc);
+		OutboxTableSlot *slot = outbox_table_slot(MyDatabaseId, t->relid, true);
+		int			c;
+
+		if (slot == NULL)
+			continue;
+		for (c = 0; c < OUTBOX_NUM_COUNTERS; c++)
+		{
+			if (t->deltas[c] != 0)
+				pg_atomic_fetch_add_u64(&slot->counters[c], t->deltas[c]);
+		}
+	}
+	for (i = 0; i < ndropped; i++)
+	{
+		OutboxTableSlot *slot = outbox_table_slot(MyDatabaseId,
+												  dropped[i].relid, true);
+
+		if (slot != NULL)
+			pg_atomic_fetch_add_u64(&slot->counters[OUTBOX_COUNT_HANDOVER_DROPPED], 1);
+	}
 }
 
 /*
@@ -404,6 +498,7 @@ outbox_publish(OutboxDatabase *db, const int64 *deltas, bool made_pending)
 static void
 outbox_stash_prepared(OutboxXactLevel *level)
 {
+	ListCell   *lc;
 	int			i;
 
 	if (outbox_shared == NULL || outbox_prepare_gid[0] == '\0')
@@ -420,6 +515,17 @@ outbox_stash_prepared(OutboxXactLevel *level)
 		strlcpy(p->gid, outbox_prepare_gid, GIDSIZE);
 		memcpy(p->deltas, level->deltas, sizeof(p->deltas));
 		p->made_pending = level->made_pending;
+		p->ntables = 0;
+		foreach(lc, level->tables)
+		{
+			OutboxTableDeltas *t = lfirst(lc);
+
+			if (p->ntables == OUTBOX_PREPARED_TABLES)
+				break;
+			p->relids[p->ntables] = t->relid;
+			memcpy(p->table_deltas[p->ntables], t->deltas, sizeof(t->deltas));
+			p->ntables++;
+		}
 		break;
 	}
 	SpinLockRelease(&outbox_shared->mutex);
@@ -460,7 +566,20 @@ outbox_finish_prepared(const char *gid, bool commit)
 		OutboxDatabase *db = outbox_my_database(true);
 
 		if (db != NULL)
+		{
+			List	   *tables = NIL;
+
 			outbox_publish(db, found.deltas, found.made_pending);
+			for (i = 0; i < found.ntables; i++)
+			{
+				OutboxTableDeltas *t = palloc(sizeof(OutboxTableDeltas));
+
+				t->relid = found.relids[i];
+				memcpy(t->deltas, found.table_deltas[i], sizeof(t->deltas));
+				tables = lappend(tables, t);
+			}
+			outbox_publish_tables(tables, NULL, 0);
+		}
 	}
 }
 
@@ -490,7 +609,16 @@ outbox_xact_forget_gauges(void)
 	{
 		int			c;
 
+		ListCell   *lc;
+
 		for (c = OUTBOX_FIRST_GAUGE; c < OUTBOX_NUM_COUNTERS; c++)
 			level->deltas[c] = 0;
+		foreach(lc, level->tables)
+		{
+			OutboxTableDeltas *t = lfirst(lc);
+
+			for (c = OUTBOX_FIRST_GAUGE; c < OUTBOX_NUM_COUNTERS; c++)
+				t->deltas[c] = 0;
+		}
 	}
 }

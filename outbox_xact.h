@@ -19,9 +19,9 @@
 
 #include "outbox_shmem.h"
 
-extern void outbox_count(OutboxCounter counter, int64 delta);
+extern void outbox_count(Oid relid, OutboxCounter counter, int64 delta);
 extern void outbox_wake(int64 id, Oid relid, const char *channel);
-extern void outbox_notify(int64 id, const char *channel);
+extern void outbox_notify(int64 id, Oid relid, const char *channel);
 extern OutboxDatabase *outbox_my_database(bool create);
 extern void outbox_xact_forget_gauges(void);
 

@@ -13,6 +13,7 @@
 #   outbox with its own channel is notified on that channel only;
 # - in notify = deferred mode the worker sends each outbox's wake-ups on
 #   that outbox's channel;
+# - outbox_activity() has a row per outbox, with that outbox's counters;
 # - pg_dump + restore of the database brings back every outbox: its rows,
 #   states and bookkeeping, its sequence position (the next enqueue takes
 #   the next id), its settings (registry, channel, triggers), and the
@@ -82,6 +83,18 @@ SELECT count(*) FROM outbox_claim(10, outbox => '$o');
 SELECT outbox_ack(max(id), outbox => '$o') FROM $o WHERE recipient = 'agent:y';
 });
 }
+
+# the activity counters are per outbox
+is( $node->safe_psql(
+		'postgres', q{
+SELECT outbox, enqueued, claimed, acked, backlog_pending, backlog_delivered
+  FROM delivery_outbox_activity WHERE datname = 'postgres'
+ ORDER BY outbox::text}),
+	"app.delivery_outbox|2|3|1|0|2\n"
+	  . "delivery_outbox|2|2|1|0|1\n"
+	  . "tenant_a.delivery_outbox|2|2|1|0|1\n"
+	  . "tenant_b.delivery_outbox|2|2|1|0|1",
+	'outbox_activity: a row per outbox, each with its own counters and backlog');
 
 my $relay = listener($node);
 $relay->query_safe('LISTEN tenant_b_wakeups');
