@@ -50,6 +50,14 @@ static void outbox_activity_row(Tuplestorestate *tupstore, TupleDesc tupdesc,
 static uint64 outbox_ack_internal(OutboxTable *t, Datum ids, Datum recipient,
 								  char recipient_null);
 
+/* What outbox_stats and outbox_wait read: no payload. */
+static const char *const outbox_stats_columns[] = {
+	"recipient", "delivery_state", "created_at", "delivered_at", NULL
+};
+static const char *const outbox_wait_columns[] = {
+	"recipient", "delivery_state", NULL
+};
+
 PG_FUNCTION_INFO_V1(outbox_enqueue);
 PG_FUNCTION_INFO_V1(outbox_claim);
 PG_FUNCTION_INFO_V1(outbox_ack);
@@ -363,7 +371,7 @@ outbox_stats(PG_FUNCTION_ARGS)
 		elog(ERROR, "outbox_stats() is declared with %d columns, expected %d",
 			 tupdesc->natts, (int) lengthof(values));
 
-	t = outbox_target(fcinfo, 0, ACL_SELECT);
+	t = outbox_target_columns(fcinfo, 0, ACL_SELECT, outbox_stats_columns);
 	outbox_spi_connect();
 	outbox_execute(t, OUTBOX_PLAN_STATS, &now, NULL, SPI_OK_SELECT);
 	if (SPI_processed != 1)
@@ -493,7 +501,7 @@ outbox_wait(PG_FUNCTION_ARGS)
 	values[0] = outbox_null_text(fcinfo, 1, &nulls[0]);
 	plan = nulls[0] == 'n' ? OUTBOX_PLAN_EXISTS : OUTBOX_PLAN_EXISTS_R;
 
-	t = outbox_target(fcinfo, 2, ACL_SELECT);
+	t = outbox_target_columns(fcinfo, 2, ACL_SELECT, outbox_wait_columns);
 	/* the deadline is "now + timeout"; a huge timeout is capped at a day */
 	{
 		Interval   *timeout = PG_GETARG_INTERVAL_P(0);

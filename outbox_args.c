@@ -32,6 +32,8 @@
 #include "outbox_args.h"
 #include "outbox_table.h"
 
+static bool outbox_column_privileges(Oid relid, const char *const *columns);
+
 /*
  * outbox_target
  *
@@ -45,6 +47,20 @@
  */
 OutboxTable *
 outbox_target(FunctionCallInfo fcinfo, int argno, AclMode mode)
+{
+	return outbox_target_columns(fcinfo, argno, mode, NULL);
+}
+
+/*
+ * outbox_target_columns
+ *
+ * outbox_target, where SELECT on the given columns (a NULL-ended list)
+ * does as well as SELECT on the table: a monitoring role that may read the
+ * outbox's counts and ages needs no access to the payloads.
+ */
+OutboxTable *
+outbox_target_columns(FunctionCallInfo fcinfo, int argno, AclMode mode,
+					  const char *const *columns)
 {
 	OutboxTable *table;
 	Oid			relid;
@@ -61,9 +77,32 @@ outbox_target(FunctionCallInfo fcinfo, int argno, AclMode mode)
 															ObjectIdGetDatum(relid)))),
 				 errhint("Make it one with outbox_create() or outbox_attach().")));
 	if (table != outbox_default_table() &&
-		pg_class_aclcheck(relid, GetOuterUserId(), mode) != ACLCHECK_OK)
+		pg_class_aclcheck(relid, GetOuterUserId(), mode) != ACLCHECK_OK &&
+		!(mode == ACL_SELECT && columns != NULL &&
+		  outbox_column_privileges(relid, columns)))
 		aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_TABLE, get_rel_name(relid));
 	return table;
+}
+
+/*
+ * outbox_column_privileges
+ *
+ * Whether the calling role may SELECT each of the columns (a NULL-ended
+ * list) of relid.
+ */
+static bool
+outbox_column_privileges(Oid relid, const char *const *columns)
+{
+	for (; *columns != NULL; columns++)
+	{
+		AttrNumber	attnum = get_attnum(relid, *columns);
+
+		if (attnum == InvalidAttrNumber ||
+			pg_attribute_aclcheck(relid, attnum, GetOuterUserId(),
+								  ACL_SELECT) != ACLCHECK_OK)
+			return false;
+	}
+	return true;
 }
 
 /*

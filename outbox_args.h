@@ -21,6 +21,9 @@
 
 extern OutboxTable *outbox_target(FunctionCallInfo fcinfo, int argno,
 								  AclMode mode);
+extern OutboxTable *outbox_target_columns(FunctionCallInfo fcinfo, int argno,
+										  AclMode mode,
+										  const char *const *columns);
 extern void outbox_check_text(FunctionCallInfo fcinfo, int argno,
 							  const char *name, bool required);
 extern Datum outbox_null_text(FunctionCallInfo fcinfo, int argno, char *null);

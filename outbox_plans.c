@@ -27,6 +27,7 @@
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 
@@ -418,12 +419,28 @@ outbox_sync_backlog(OutboxDatabase *db)
 	outbox_spi_connect();
 	foreach(lc, outbox_table_list())
 	{
-		OutboxTable *table = outbox_find_table(lfirst_oid(lc));
+		Oid			relid = lfirst_oid(lc);
+		OutboxTable *table;
 		OutboxTableSlot *slot;
 		bool		isnull;
 		int64		p;
 		int64		d;
 
+		/*
+		 * A table someone holds locked (ALTER TABLE) is not waited for: it
+		 * keeps its gauges until the next count, and they go into the sum.
+		 */
+		if (!ConditionalLockRelationOid(relid, AccessShareLock))
+		{
+			slot = outbox_table_slot(MyDatabaseId, relid, false);
+			if (slot != NULL)
+			{
+				pending += (int64) pg_atomic_read_u64(&slot->counters[OUTBOX_COUNT_BACKLOG_PENDING]);
+				delivered += (int64) pg_atomic_read_u64(&slot->counters[OUTBOX_COUNT_BACKLOG_DELIVERED]);
+			}
+			continue;
+		}
+		table = outbox_find_table(relid);
 		if (table == NULL)
 			continue;			/* dropped meanwhile */
 		outbox_execute(table, OUTBOX_PLAN_BACKLOG, NULL, NULL, SPI_OK_SELECT);

@@ -215,6 +215,25 @@ outbox_find_table(Oid relid)
 }
 
 /*
+ * outbox_channel_of
+ *
+ * Whether relid is an outbox, and its own channel (palloc'd; NULL: the
+ * default one), from the catalogs and the registry only: no lock on the
+ * table itself is taken.
+ */
+bool
+outbox_channel_of(Oid relid, char **channel)
+{
+	bool		in_registry;
+
+	*channel = NULL;
+	(void) outbox_default_table();
+	in_registry = outbox_registry_row(relid, channel);
+	return relid == outbox_default_relid ||
+		(in_registry && get_rel_relkind(relid) == RELKIND_RELATION);
+}
+
+/*
  * outbox_table_list
  *
  * The OIDs of every outbox of this database, the default one first, then

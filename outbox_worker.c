@@ -272,14 +272,17 @@ sweeper_detach(int code, Datum arg)
  *
  * NOTIFY n wake-ups, each on the channel of its outbox (an outbox of its
  * own channel, else delivery_outbox.channel); the wake-ups of a table that
- * is no longer an outbox are dropped.  In a transaction.
+ * is no longer an outbox are dropped.  The channel comes from the registry,
+ * so that a lock on one outbox (ALTER TABLE) never holds up the wake-ups of
+ * the others.  In a transaction.
  */
 static void
 sweeper_notify(const OutboxWakeup *wakeups, int n)
 {
 	bool		installed = outbox_installed();
 	Oid			relid = InvalidOid;
-	OutboxTable *table = NULL;
+	bool		is_outbox = false;
+	char	   *channel = NULL;
 	int			i;
 
 	for (i = 0; i < n; i++)
@@ -289,14 +292,15 @@ sweeper_notify(const OutboxWakeup *wakeups, int n)
 			outbox_notify(wakeups[i].id, wakeups[i].relid, NULL);
 			continue;
 		}
+		/* from the registry alone: no lock on the outbox itself */
 		if (wakeups[i].relid != relid)
 		{
 			relid = wakeups[i].relid;
-			table = outbox_find_table(relid);
+			channel = NULL;
+			is_outbox = outbox_channel_of(relid, &channel);
 		}
-		if (table != NULL)
-			outbox_notify(wakeups[i].id, wakeups[i].relid,
-						  outbox_table_channel(table));
+		if (is_outbox)
+			outbox_notify(wakeups[i].id, relid, channel);
 	}
 }
 
@@ -357,8 +361,10 @@ sweeper_send_wakeups(OutboxDatabase *db, int max_batches)
  * sweeper_sweep_tables
  *
  * Reclaim (or purge) in every outbox of the database, at most
- * SWEEPER_MAX_ROWS rows each.  Each table is locked first, and one that was
- * dropped or detached meanwhile is skipped.
+ * SWEEPER_MAX_ROWS rows each.  Each table is locked first, without waiting:
+ * one that another session holds locked is left for the next pass, so that
+ * one tenant's ALTER TABLE does not hold up the others; one dropped or
+ * detached meanwhile is skipped.
  */
 static void
 sweeper_sweep_tables(bool reclaim, TimestampTz now)
@@ -370,7 +376,9 @@ sweeper_sweep_tables(bool reclaim, TimestampTz now)
 		Oid			relid = lfirst_oid(lc);
 		OutboxTable *table;
 
-		LockRelationOid(relid, RowExclusiveLock);
+		/* a table someone holds locked (ALTER, attach) waits for a pass */
+		if (!ConditionalLockRelationOid(relid, RowExclusiveLock))
+			continue;
 		table = outbox_find_table(relid);
 		if (table == NULL)
 			continue;

@@ -500,3 +500,41 @@ DROP ROLE regress_outbox_nobody;
 DROP ROLE regress_outbox_producer;
 DROP ROLE regress_outbox_relay;
 DROP ROLE regress_outbox_monitor;
+
+--
+-- A created outbox: the calling role needs the table privilege the call
+-- uses besides EXECUTE; a monitoring role with SELECT on the columns
+-- outbox_stats and outbox_wait read (not payload) may call them, and
+-- nothing that reads payloads.
+--
+CREATE EXTENSION delivery_outbox;
+CREATE SCHEMA regress_tenant;
+SELECT outbox_create('regress_tenant') AS tenant_outbox;
+SELECT outbox_enqueue('agent:m', 'work', '\x01',
+                      outbox => 'regress_tenant.delivery_outbox') AS enqueued_id;
+CREATE ROLE regress_tenant_monitor;
+GRANT USAGE ON SCHEMA regress_tenant TO regress_tenant_monitor;
+GRANT EXECUTE ON FUNCTION outbox_stats(regclass),
+                          outbox_wait(interval, text, regclass),
+                          outbox_replay(text, bigint, integer, text, regclass)
+    TO regress_tenant_monitor;
+SET ROLE regress_tenant_monitor;
+\set VERBOSITY terse
+SELECT pending FROM outbox_stats('regress_tenant.delivery_outbox');
+\echo :SQLSTATE
+RESET ROLE;
+GRANT SELECT (id, recipient, kind, tenant_id, delivery_state, delivery_attempts,
+              created_at, delivered_at, acked_at)
+    ON regress_tenant.delivery_outbox TO regress_tenant_monitor;
+SET ROLE regress_tenant_monitor;
+SELECT pending, delivered, acked FROM outbox_stats('regress_tenant.delivery_outbox');
+SELECT outbox_wait('0 seconds', outbox => 'regress_tenant.delivery_outbox') AS pending_row;
+SELECT count(*) FROM outbox_replay('agent:m', outbox => 'regress_tenant.delivery_outbox');
+\echo :SQLSTATE
+SELECT payload FROM regress_tenant.delivery_outbox;
+\echo :SQLSTATE
+\set VERBOSITY default
+RESET ROLE;
+DROP SCHEMA regress_tenant CASCADE;
+DROP EXTENSION delivery_outbox;
+DROP ROLE regress_tenant_monitor;
