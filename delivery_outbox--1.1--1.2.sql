@@ -240,7 +240,9 @@ REVOKE ALL ON FUNCTION outbox_create(name, name, text) FROM PUBLIC;
 -- (the seed's delivery_outbox_notify_trg) are disabled, so a plain INSERT
 -- wakes relays once; outbox_detach() enables them again.  Locks the table
 -- in SHARE ROW EXCLUSIVE mode (reads go on, writes wait) for the whole call,
--- index builds included; ACCESS EXCLUSIVE, briefly, to add the default.
+-- index builds included, and, where a default is missing, ACCESS EXCLUSIVE
+-- from adding it (the last step) to the commit: set it beforehand to keep
+-- reads going (docs/operations.md, "Adopting an existing table").
 --
 CREATE FUNCTION outbox_attach(tbl regclass, channel text DEFAULT NULL)
 RETURNS regclass
@@ -356,7 +358,21 @@ BEGIN
                   HINT = 'delivery_state must be pending, delivered or acked; a pending row has delivered_at exactly when delivery_attempts >= 1 and no acked_at; a delivered row has delivered_at, delivery_attempts >= 1 and no acked_at; an acked row has acked_at.  A pending row re-addressed with delivered_at = NULL can be repaired with UPDATE ... SET delivered_at = created_at WHERE delivery_state = ''pending'' AND delivery_attempts > 0 AND delivered_at IS NULL before attaching.';
     END IF;
 
-    -- the enqueue functions leave created_at to its default
+    -- notifying triggers would double the wake-ups
+    SELECT coalesce(array_agg(t.tgname ORDER BY t.tgname), '{}') INTO notifying
+      FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid
+     WHERE t.tgrelid = tbl AND NOT t.tgisinternal AND t.tgenabled <> 'D'
+       AND p.prosrc ~* '(pg_notify|\mnotify\M)';
+    FOREACH trg IN ARRAY notifying LOOP
+        EXECUTE format('ALTER TABLE %s DISABLE TRIGGER %I', tbl, trg);
+    END LOOP;
+
+    PERFORM @extschema@.outbox_make_outbox(tbl, channel, 'attached');
+    UPDATE @extschema@.delivery_outbox_registry
+       SET disabled_triggers = notifying WHERE outbox = tbl;
+
+    -- the enqueue functions leave created_at to its default; last, since
+    -- ALTER TABLE takes ACCESS EXCLUSIVE (reads wait) until the commit
     IF NOT (SELECT atthasdef FROM pg_attribute WHERE attrelid = tbl AND attname = 'created_at') THEN
         EXECUTE format('ALTER TABLE %s ALTER COLUMN created_at SET DEFAULT %s', tbl,
                        CASE WHEN ts_type = 'timestamp'::regtype
@@ -370,18 +386,6 @@ BEGIN
         EXECUTE format('ALTER TABLE %s ALTER COLUMN delivery_attempts SET DEFAULT 0', tbl);
     END IF;
 
-    -- notifying triggers would double the wake-ups
-    SELECT coalesce(array_agg(t.tgname ORDER BY t.tgname), '{}') INTO notifying
-      FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid
-     WHERE t.tgrelid = tbl AND NOT t.tgisinternal AND t.tgenabled <> 'D'
-       AND p.prosrc ~* '(pg_notify|\mnotify\M)';
-    FOREACH trg IN ARRAY notifying LOOP
-        EXECUTE format('ALTER TABLE %s DISABLE TRIGGER %I', tbl, trg);
-    END LOOP;
-
-    PERFORM @extschema@.outbox_make_outbox(tbl, channel, 'attached');
-    UPDATE @extschema@.delivery_outbox_registry
-       SET disabled_triggers = notifying WHERE outbox = tbl;
     RETURN tbl;
 END
 $$;
