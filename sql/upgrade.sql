@@ -4,7 +4,10 @@
 --
 -- Written so that it stays meaningful, and its expected output stays the
 -- same, as versions are added: it names no version but 1.0 (the first), and
--- prints the differences (none), never the objects or version names.
+-- prints the differences (none), never the objects or version names.  The
+-- one exception is the section on the 1.1 -> 1.2 update, which recreated
+-- the functions with a new last argument: the GRANTs a role had on the 1.1
+-- functions must be carried to their successors.
 --
 \set VERBOSITY default
 \set SHOW_CONTEXT never
@@ -15,7 +18,8 @@
 -- ACL, C symbol and comment; each member relation's kind, options, ACL,
 -- row security, comment, columns (in order), constraints, indexes,
 -- triggers (and whether they fire ALWAYS), rules, policies and view
--- definition; each member sequence's parameters; the tables registered with
+-- definition; each member sequence's parameters; each member event
+-- trigger's event, tags, state and function; the tables registered with
 -- pg_extension_config_dump; the extension's own flags.
 CREATE TEMP TABLE outbox_snap (label text, kind text, item text);
 CREATE FUNCTION pg_temp.outbox_snapshot(label text) RETURNS bigint
@@ -144,6 +148,19 @@ BEGIN
       FROM outbox_members m
       JOIN pg_type t ON m.classid = 'pg_type'::regclass AND t.oid = m.objid;
 
+    INSERT INTO outbox_snap
+    SELECT label, 'view', format('%s %s', c.relname, pg_get_viewdef(c.oid))
+      FROM outbox_rels c WHERE c.relkind IN ('v', 'm');
+
+    INSERT INTO outbox_snap
+    SELECT label, 'event trigger',
+           format('%s on %s tags=%s enabled=%s function=%s', t.evtname,
+                  t.evtevent, t.evttags, t.evtenabled,
+                  t.evtfoid::regprocedure)
+      FROM outbox_members m
+      JOIN pg_event_trigger t ON m.classid = 'pg_event_trigger'::regclass
+                             AND t.oid = m.objid;
+
     DROP TABLE outbox_members, outbox_rels;
     SELECT count(*) INTO n FROM outbox_snap s WHERE s.label = outbox_snapshot.label;
     RETURN n;
@@ -246,6 +263,145 @@ SELECT outbox_enqueue('agent:c', 'work', '\x05');
 SELECT pending, delivered, acked FROM outbox_stats();
 DROP VIEW outbox_rows;
 DROP EXTENSION delivery_outbox;
+
+--
+-- 1.0 again, with rows in every state, then one update at a time along the
+-- path to the default version (1.0 -> 1.1 -> 1.2 -> ...): each step lands
+-- on its version, and the end is the fresh install, rows untouched
+--
+CREATE TEMP TABLE outbox_steps AS
+SELECT s.n, s.version
+  FROM pg_extension_update_paths('delivery_outbox') p
+  JOIN pg_available_extensions a ON a.name = 'delivery_outbox'
+   AND p.target = a.default_version,
+       unnest(string_to_array(p.path, '--')) WITH ORDINALITY AS s(version, n)
+ WHERE p.source = '1.0';
+SELECT count(*) >= 3 AS at_least_two_steps,
+       bool_or(version = '1.1') AS through_1_1
+  FROM outbox_steps;
+
+CREATE EXTENSION delivery_outbox VERSION '1.0';
+SELECT outbox_enqueue('agent:a', 'work', '\x01');
+SELECT outbox_enqueue('agent:a', 'work', '\x02', 'tenant-1');
+SELECT outbox_enqueue('agent:b', 'work', '\x03');
+SELECT outbox_enqueue('agent:b', 'work', '\x04');
+SELECT id FROM outbox_claim(2, 'agent:b');
+SELECT outbox_ack(3);
+SELECT id FROM outbox_claim(1, 'agent:a');
+SELECT outbox_release(ARRAY[1]::bigint[]);
+DELETE FROM outbox_row_text;
+INSERT INTO outbox_row_text SELECT 'before', id, o::text FROM delivery_outbox o;
+DO $$
+DECLARE
+    v text;
+BEGIN
+    FOR v IN SELECT version FROM outbox_steps WHERE n > 1 ORDER BY n
+    LOOP
+        EXECUTE format('ALTER EXTENSION delivery_outbox UPDATE TO %L', v);
+        IF (SELECT extversion FROM pg_extension
+             WHERE extname = 'delivery_outbox') <> v THEN
+            RAISE EXCEPTION 'ALTER EXTENSION ... UPDATE TO % did not get there', v;
+        END IF;
+    END LOOP;
+END
+$$;
+SELECT pg_temp.outbox_at_default() AS stepped_to_default;
+SELECT pg_temp.outbox_snapshot('step by step') > 20 AS stepped_captured;
+SELECT * FROM pg_temp.outbox_diff('fresh', 'step by step');
+INSERT INTO outbox_row_text SELECT 'after', id, o::text FROM delivery_outbox o;
+SELECT b.id, b.row = a.row AS unchanged
+  FROM outbox_row_text b FULL JOIN outbox_row_text a
+    ON a.id = b.id AND a.label = 'after'
+ WHERE b.label = 'before'
+ ORDER BY b.id;
+SELECT count(*) AS rows_after FROM outbox_row_text WHERE label = 'after';
+DROP EXTENSION delivery_outbox;
+
+--
+-- The 1.1 -> 1.2 update recreates every function with a trailing "outbox
+-- regclass" argument (and outbox_activity() and its view with a new
+-- column): a role's EXECUTE on a 1.1 function (with GRANT OPTION, or
+-- PUBLIC's) and SELECT on the view are carried to their successors,
+-- nothing more is granted, and the role's 1.1 calls keep working.
+--
+SET client_min_messages = warning;
+DROP ROLE IF EXISTS regress_upgrade_producer;
+DROP ROLE IF EXISTS regress_upgrade_admin;
+RESET client_min_messages;
+CREATE ROLE regress_upgrade_producer;
+CREATE ROLE regress_upgrade_admin;
+CREATE EXTENSION delivery_outbox VERSION '1.1';
+GRANT EXECUTE ON FUNCTION outbox_enqueue(text, text, bytea, text),
+                          outbox_claim(integer, text, text)
+   TO regress_upgrade_producer;
+GRANT EXECUTE ON FUNCTION outbox_ack(bigint, text), outbox_ack(bigint[], text)
+   TO regress_upgrade_admin WITH GRANT OPTION;
+GRANT EXECUTE ON FUNCTION outbox_stats() TO PUBLIC;
+-- (1.2 recreates outbox_activity() and its view too, with a new column)
+GRANT EXECUTE ON FUNCTION outbox_activity() TO regress_upgrade_admin;
+GRANT SELECT ON delivery_outbox_activity TO regress_upgrade_admin;
+
+-- the grants on the extension's functions, by signature (the owner's left
+-- out)
+CREATE FUNCTION pg_temp.outbox_grants()
+RETURNS TABLE (function regprocedure, grantee text, grantable boolean)
+LANGUAGE sql AS $f$
+    SELECT p.oid::regprocedure,
+           CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                ELSE a.grantee::regrole::text END,
+           a.is_grantable
+      FROM pg_depend d
+      JOIN pg_proc p ON d.classid = 'pg_proc'::regclass AND p.oid = d.objid,
+           aclexplode(p.proacl) a
+     WHERE d.refclassid = 'pg_extension'::regclass
+       AND d.refobjid = (SELECT oid FROM pg_extension
+                          WHERE extname = 'delivery_outbox')
+       AND d.deptype = 'e'
+       AND a.grantee <> p.proowner AND a.privilege_type = 'EXECUTE'
+     ORDER BY p.oid::regprocedure::text, 2
+$f$;
+SELECT * FROM pg_temp.outbox_grants();
+
+ALTER EXTENSION delivery_outbox UPDATE TO '1.2';
+SELECT extversion FROM pg_extension WHERE extname = 'delivery_outbox';
+SELECT * FROM pg_temp.outbox_grants();
+SELECT has_table_privilege('regress_upgrade_admin', 'delivery_outbox_activity',
+                           'SELECT') AS admin_activity_view,
+       has_table_privilege('regress_upgrade_producer', 'delivery_outbox_activity',
+                           'SELECT') AS producer_activity_view;
+-- the 1.1 signatures are gone
+SELECT to_regprocedure('outbox_enqueue(text,text,bytea,text)') IS NULL AS old_enqueue_gone,
+       to_regprocedure('outbox_claim(integer,text,text)') IS NULL AS old_claim_gone;
+SELECT has_function_privilege('regress_upgrade_producer',
+                              'outbox_enqueue(text,text,bytea,text,regclass)',
+                              'EXECUTE') AS producer_enqueue,
+       has_function_privilege('regress_upgrade_producer',
+                              'outbox_claim(integer,text,text,regclass)',
+                              'EXECUTE') AS producer_claim,
+       has_function_privilege('regress_upgrade_producer',
+                              'outbox_ack(bigint,text,regclass)',
+                              'EXECUTE') AS producer_ack,
+       has_function_privilege('regress_upgrade_admin',
+                              'outbox_ack(bigint[],text,regclass)',
+                              'EXECUTE WITH GRANT OPTION') AS admin_ack_grantable;
+-- the role's 1.1 calls, unchanged
+SET ROLE regress_upgrade_producer;
+SELECT outbox_enqueue('agent:g', 'work', '\x01', 't1') AS id;
+SELECT outbox_enqueue('agent:g', 'work', '\x02') AS id;
+SELECT id, recipient, tenant_id, delivery_state FROM outbox_claim(10, 'agent:g', 't1');
+SELECT id, recipient, delivery_state FROM outbox_claim(10);
+SELECT pending, delivered, acked FROM outbox_stats();
+\set VERBOSITY terse
+SELECT outbox_ack(1);
+\echo :SQLSTATE
+\set VERBOSITY default
+RESET ROLE;
+SET ROLE regress_upgrade_admin;
+SELECT outbox_ack(ARRAY[1, 2]::bigint[]) AS acked;
+RESET ROLE;
+DROP EXTENSION delivery_outbox;
+DROP ROLE regress_upgrade_producer;
+DROP ROLE regress_upgrade_admin;
 
 --
 -- Every version shipped, installed and updated to the default, is the same
