@@ -32,9 +32,11 @@ SELECT pg_catalog.pg_extension_config_dump('delivery_outbox_registry', '');
 REVOKE ALL ON TABLE delivery_outbox_registry FROM PUBLIC;
 
 -- A dropped table's outbox ends: its row goes (DROP TABLE, DROP SCHEMA).
+-- It runs for every such command, whoever issues it: as the extension's
+-- owner, since nobody else may write the registry.
 CREATE FUNCTION outbox_table_dropped()
 RETURNS event_trigger
-LANGUAGE plpgsql
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
@@ -197,6 +199,11 @@ BEGIN
         idxname := left(rel, 63 - length(idx.suffix) - 1) || '_' || idx.suffix;
         IF to_regclass(format('%I.%I', nsp, idxname)) IS NULL THEN
             EXECUTE format('CREATE INDEX %I ON %s %s', idxname, tbl, idx.def);
+        ELSIF NOT EXISTS (SELECT FROM pg_index
+                           WHERE indexrelid = to_regclass(format('%I.%I', nsp, idxname))
+                             AND indrelid = tbl) THEN
+            -- the name is another relation's: PostgreSQL picks a free one
+            EXECUTE format('CREATE INDEX ON %s %s', tbl, idx.def);
         END IF;
     END LOOP;
     PERFORM @extschema@.outbox_set_triggers(tbl, channel);
@@ -260,6 +267,10 @@ DECLARE
 BEGIN
     IF tbl IS NULL THEN
         RAISE EXCEPTION 'tbl must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_class WHERE oid = tbl) THEN
+        RAISE EXCEPTION 'relation with OID % does not exist', tbl::oid
+            USING ERRCODE = 'undefined_table';
     END IF;
     IF channel IS NOT NULL AND (channel = '' OR octet_length(channel) >= 64) THEN
         RAISE EXCEPTION 'channel must be a non-empty name shorter than 64 bytes'
@@ -409,6 +420,10 @@ BEGIN
     IF tbl IS NULL THEN
         RAISE EXCEPTION 'tbl must not be null' USING ERRCODE = 'null_value_not_allowed';
     END IF;
+    IF NOT EXISTS (SELECT FROM pg_class WHERE oid = tbl) THEN
+        RAISE EXCEPTION 'relation with OID % does not exist', tbl::oid
+            USING ERRCODE = 'undefined_table';
+    END IF;
     IF tbl = '@extschema@.delivery_outbox'::regclass THEN
         RAISE EXCEPTION 'the extension''s own table cannot be detached'
             USING ERRCODE = 'wrong_object_type',
@@ -454,6 +469,10 @@ DECLARE
 BEGIN
     IF tbl IS NULL THEN
         RAISE EXCEPTION 'tbl must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_class WHERE oid = tbl) THEN
+        RAISE EXCEPTION 'relation with OID % does not exist', tbl::oid
+            USING ERRCODE = 'undefined_table';
     END IF;
     is_default := tbl = '@extschema@.delivery_outbox'::regclass;
     IF NOT is_default AND NOT EXISTS (SELECT FROM @extschema@.delivery_outbox_registry r

@@ -46,6 +46,7 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
+#include "utils/syscache.h"
 
 #include "delivery_outbox.h"
 #include "outbox_table.h"
@@ -79,7 +80,7 @@ static OutboxTable *outbox_table_entry(Oid relid);
 static bool outbox_table_check(OutboxTable *table);
 static void outbox_table_forget(OutboxTable *table);
 static void outbox_table_clear(OutboxTable *table);
-static char *outbox_row_expr(Relation rel, Relation def, bool *utc);
+static char *outbox_row_expr(Oid relid, Oid defrelid, bool *utc);
 static Relation outbox_registry_open(void);
 static bool outbox_registry_row(Oid relid, char **channel);
 static Oid	outbox_member_table(Oid ext_oid);
@@ -343,15 +344,8 @@ outbox_table_check(OutboxTable *table)
 	if (table->relid == outbox_default_relid)
 		row_expr = pstrdup("o");
 	else
-	{
-		Relation	rel = relation_open(table->relid, AccessShareLock);
-		Relation	def = relation_open(outbox_default_table()->relid,
-										AccessShareLock);
-
-		row_expr = outbox_row_expr(rel, def, &utc);
-		relation_close(def, AccessShareLock);
-		relation_close(rel, AccessShareLock);
-	}
+		row_expr = outbox_row_expr(table->relid,
+								   outbox_default_table()->relid, &utc);
 
 	/* a changed name or shape: drop everything built on the old one */
 	if (table->name != NULL &&
@@ -426,58 +420,63 @@ outbox_table_clear(OutboxTable *table)
 /*
  * outbox_row_expr
  *
- * The expression, on alias o for a row of rel, that makes it a row of the
- * default outbox's type def: its columns by name, in def's order, a missing
- * one NULL, and a "timestamp" column (UTC) made timestamptz.  Sets *utc
- * when rel's created_at is a "timestamp".
+ * The expression, on alias o for a row of relid, that makes it a row of the
+ * default outbox's type (defrelid's): its columns by name, in defrelid's
+ * order, a missing one NULL, and a "timestamp" column (UTC) made
+ * timestamptz.  Sets *utc when relid's created_at is a "timestamp".  From
+ * the catalog caches only: no lock is taken on either table, so that a
+ * lock on one outbox never holds up another.
  */
 static char *
-outbox_row_expr(Relation rel, Relation def, bool *utc)
+outbox_row_expr(Oid relid, Oid defrelid, bool *utc)
 {
-	TupleDesc	desc = RelationGetDescr(rel);
-	TupleDesc	defdesc = RelationGetDescr(def);
+	HeapTuple	tup;
+	int			natts;
 	StringInfoData buf;
-	int			i;
-	int			j;
+	AttrNumber	i;
+	bool		first = true;
+
+	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(defrelid));
+	if (!HeapTupleIsValid(tup))
+		elog(ERROR, "cache lookup failed for relation %u", defrelid);
+	natts = ((Form_pg_class) GETSTRUCT(tup))->relnatts;
+	ReleaseSysCache(tup);
 
 	initStringInfo(&buf);
 	appendStringInfoString(&buf, "ROW(");
-	for (i = 0; i < defdesc->natts; i++)
+	for (i = 1; i <= natts; i++)
 	{
-		Form_pg_attribute want = TupleDescAttr(defdesc, i);
-		Form_pg_attribute have = NULL;
+		char	   *name = get_attname(defrelid, i, true);
+		Oid			want_type;
+		int32		want_typmod;
+		Oid			want_coll;
+		AttrNumber	have;
 
-		if (want->attisdropped)
-			continue;
-		for (j = 0; j < desc->natts && have == NULL; j++)
-		{
-			Form_pg_attribute att = TupleDescAttr(desc, j);
-
-			if (!att->attisdropped &&
-				strcmp(NameStr(att->attname), NameStr(want->attname)) == 0)
-				have = att;
-		}
-		if (buf.len > 4)
+		if (name == NULL)
+			continue;			/* dropped */
+		get_atttypetypmodcoll(defrelid, i, &want_type, &want_typmod,
+							  &want_coll);
+		if (!first)
 			appendStringInfoString(&buf, ", ");
-		if (have == NULL)
+		first = false;
+		have = get_attnum(relid, name);
+		if (have == InvalidAttrNumber)
 			appendStringInfo(&buf, "NULL::%s",
-							 format_type_with_typemod(want->atttypid,
-													  want->atttypmod));
-		else if (have->atttypid == TIMESTAMPOID &&
-				 want->atttypid == TIMESTAMPTZOID)
+							 format_type_with_typemod(want_type, want_typmod));
+		else if (get_atttype(relid, have) == TIMESTAMPOID &&
+				 want_type == TIMESTAMPTZOID)
 		{
 			appendStringInfo(&buf, "pg_catalog.timezone('UTC'::pg_catalog.text, o.%s)",
-							 quote_identifier(NameStr(have->attname)));
-			if (strcmp(NameStr(have->attname), "created_at") == 0)
+							 quote_identifier(name));
+			if (strcmp(name, "created_at") == 0)
 				*utc = true;
 		}
 		else
-			appendStringInfo(&buf, "o.%s",
-							 quote_identifier(NameStr(have->attname)));
+			appendStringInfo(&buf, "o.%s", quote_identifier(name));
 	}
 	appendStringInfo(&buf, ")::%s",
-					 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(def)),
-												RelationGetRelationName(def)));
+					 quote_qualified_identifier(get_namespace_name(get_rel_namespace(defrelid)),
+												get_rel_name(defrelid)));
 	return buf.data;
 }
 
