@@ -2,9 +2,15 @@
 #
 # examples/test_examples.sh -- run every relay and producer example for real
 #
-# For each language (python, node, c), in its own database examples_<lang>:
-#   1. prepare: python3-psycopg importable / `npm ci` / `make` (no warnings);
-#   2. CREATE EXTENSION delivery_outbox; a relay role with README's GRANTs;
+# For each language (python, node, c, rust), in its own database
+# examples_<lang>:
+#   1. prepare: python3-psycopg importable / `npm ci` / `make` (no warnings)
+#      / `cargo build --release` offline, from Debian's packaged crates (no
+#      warnings);
+#   2. CREATE EXTENSION delivery_outbox; a relay role with README's GRANTs
+#      (rust: the extension in schema outbox, and the relay works a created
+#      outbox, public.delivery_outbox, which the role has UPDATE and SELECT
+#      on; its producer enqueues there too);
 #   3. enqueue half of EXAMPLES_ROWS rows across 7 recipients, start the
 #      relay (as the relay role, every 7th push failing: FAIL_EVERY=7);
 #   4. mid-run, REVOKE CONNECT and pg_terminate_backend() the relay's session,
@@ -99,7 +105,7 @@ wait_until()
 enqueue()
 {
     q "$1" "SELECT count(outbox_enqueue('agent:' || (g % 7), 'work',
-                convert_to('{\"n\": ' || g || '}', 'UTF8')))
+                convert_to('{\"n\": ' || g || '}', 'UTF8')$OUTBOX_ARG))
               FROM generate_series($2, $3) g" >/dev/null
 }
 
@@ -133,6 +139,22 @@ prepare()
         fi
         echo "relay and producer built without warnings, libpq $(pg_config_libpq)" >>"$log"
         ;;
+    rust)
+        if ! command -v cargo >/dev/null 2>&1; then
+            echo "cargo not found (apt-get install cargo librust-tokio-postgres-dev librust-tokio-dev)" >"$log"
+            return 1
+        fi
+        # offline, from /usr/share/cargo/registry (examples/rust/.cargo);
+        # cargo's home and the build in the work directory
+        (cd "$HERE/rust" &&
+            CARGO_HOME=$WORK/cargo-home CARGO_TARGET_DIR=$WORK/rust-target \
+                cargo build --release) >"$log" 2>&1 || return 1
+        if grep -q '^warning' "$log"; then
+            echo "compiler warnings" >>"$log"
+            return 1
+        fi
+        echo "relay and producer built without warnings, $(cargo --version | cut -d' ' -f1-2), tokio-postgres $(grep -A1 '^name = "tokio-postgres"' "$HERE/rust/Cargo.lock" | sed -n 's/^version = "\(.*\)"/\1/p')" >>"$log"
+        ;;
     esac
 }
 
@@ -147,6 +169,7 @@ relay_cmd()
     python) RELAY=("$PYTHON" "$HERE/python/relay.py") ;;
     node)   RELAY=(node "$HERE/node/relay.js") ;;
     c)      RELAY=("$HERE/c/relay") ;;
+    rust)   RELAY=("$WORK/rust-target/release/relay") ;;
     esac
 }
 
@@ -156,6 +179,7 @@ producer_cmd()
     python) PRODUCER=("$PYTHON" "$HERE/python/producer.py") ;;
     node)   PRODUCER=(node "$HERE/node/producer.js") ;;
     c)      PRODUCER=("$HERE/c/producer") ;;
+    rust)   PRODUCER=("$WORK/rust-target/release/producer") ;;
     esac
 }
 
@@ -163,7 +187,11 @@ setup_db()
 {
     local db=$1
     q "$ADMIN_DB" "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null &&
-    q "$ADMIN_DB" "CREATE DATABASE $db" >/dev/null &&
+    q "$ADMIN_DB" "CREATE DATABASE $db" >/dev/null || return 1
+    if [ "$db" = examples_rust ]; then
+        setup_db_created_outbox "$db"
+        return
+    fi
     psql -X -q -v ON_ERROR_STOP=1 -d "$db" <<SQL
 CREATE EXTENSION delivery_outbox;
 DO \$\$BEGIN
@@ -182,6 +210,38 @@ GRANT EXECUTE ON FUNCTION
     outbox_reclaim_recipient(text, text, regclass),
     outbox_replay(text, bigint, integer, text, regclass)
   TO $ROLE;
+SQL
+}
+
+# setup_db_created_outbox DB: the extension in schema outbox, a created
+# outbox public.delivery_outbox that the checks below read as
+# "delivery_outbox" and the relay works (search_path public, outbox), and
+# the relay role with the 1.2 GRANTs: EXECUTE on the functions, UPDATE and
+# SELECT on that table
+setup_db_created_outbox()
+{
+    local db=$1
+    psql -X -q -v ON_ERROR_STOP=1 -d "$db" <<SQL
+CREATE SCHEMA outbox;
+CREATE EXTENSION delivery_outbox SCHEMA outbox;
+ALTER DATABASE $db SET search_path = public, outbox;
+SELECT outbox.outbox_create('public') \g /dev/null
+DO \$\$BEGIN
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$ROLE') THEN
+        CREATE ROLE $ROLE LOGIN;
+    END IF;
+END\$\$;
+GRANT USAGE ON SCHEMA public, outbox TO $ROLE;
+GRANT EXECUTE ON FUNCTION
+    outbox.outbox_claim(integer, text, text, regclass),
+    outbox.outbox_ack(bigint, text, regclass),
+    outbox.outbox_ack(bigint[], text, regclass),
+    outbox.outbox_release(bigint[], regclass),
+    outbox.outbox_reclaim(interval, integer, regclass),
+    outbox.outbox_reclaim_recipient(text, text, regclass),
+    outbox.outbox_replay(text, bigint, integer, text, regclass)
+  TO $ROLE;
+GRANT UPDATE, SELECT ON public.delivery_outbox TO $ROLE;
 SQL
 }
 
@@ -216,6 +276,13 @@ run_lang()
     half=$((ROWS / 2))
     quarter=$(((ROWS - half) / 2))
 
+    OUTBOX_ARG=
+    RUN_OUTBOX=
+    if [ "$lang" = rust ]; then
+        OUTBOX_ARG=", outbox => 'delivery_outbox'"
+        RUN_OUTBOX=delivery_outbox
+    fi
+
     t0=$SECONDS
     if prepare "$lang"; then
         ok "$lang: example prepared ($(tail -n 1 "$dir/prepare.log"))"
@@ -235,7 +302,7 @@ run_lang()
     # -- the relay --------------------------------------------------------
     enqueue "$db" 1 "$half"
     relay_cmd "$lang"
-    env PGDATABASE="$db" PGUSER="$ROLE" PGAPPNAME="$app" \
+    env PGDATABASE="$db" PGUSER="$ROLE" PGAPPNAME="$app" OUTBOX="$RUN_OUTBOX" \
         BATCH=10 FAIL_EVERY=7 PUSH_DELAY_MS=5 RETRY_DELAY_MS=20 \
         WAIT_MS=30000 SWEEP_EVERY=3 RECLAIM_AFTER=3 \
         BACKOFF_MIN_MS=100 BACKOFF_MAX_MS=800 \
@@ -256,7 +323,7 @@ SELECT pid, (SELECT count(*) FROM delivery_outbox WHERE delivery_state = 'acked'
 REVOKE CONNECT ON DATABASE $db FROM PUBLIC;
 SELECT pg_terminate_backend(:pid) \g /dev/null
 SELECT count(outbox_enqueue('agent:' || (g % 7), 'work',
-              convert_to('{"n": ' || g || '}', 'UTF8')))
+              convert_to('{"n": ' || g || '}', 'UTF8')$OUTBOX_ARG))
   FROM generate_series($((half + 1)), $((half + quarter))) g \g /dev/null
 SELECT :pid, :count;
 SQL
@@ -358,7 +425,7 @@ SQL
 
     # -- the producer -----------------------------------------------------
     producer_cmd "$lang"
-    if env PGDATABASE="$db" "${PRODUCER[@]}" >"$dir/producer.out" 2>"$dir/producer.log"; then
+    if env PGDATABASE="$db" OUTBOX="$RUN_OUTBOX" "${PRODUCER[@]}" >"$dir/producer.out" 2>"$dir/producer.log"; then
         local c_order c_outbox r_order r_outbox verdict
         read -r c_order c_outbox < <(sed -n 's/^committed order=\([0-9]*\) outbox=\([0-9]*\)$/\1 \2/p' "$dir/producer.out")
         read -r r_order r_outbox < <(sed -n 's/^rolled_back order=\([0-9]*\) outbox=\([0-9]*\)$/\1 \2/p' "$dir/producer.out")
@@ -449,12 +516,12 @@ SQL
 }
 
 LANGS=("$@")
-[ ${#LANGS[@]} -gt 0 ] || LANGS=(python node c exporter)
+[ ${#LANGS[@]} -gt 0 ] || LANGS=(python node c rust exporter)
 for lang in "${LANGS[@]}"; do
     case $lang in
-    python|node|c) run_lang "$lang" ;;
+    python|node|c|rust) run_lang "$lang" ;;
     exporter) run_exporter ;;
-    *) nok "unknown example '$lang' (python, node, c, exporter)" ;;
+    *) nok "unknown example '$lang' (python, node, c, rust, exporter)" ;;
     esac
 done
 if [ "${EXAMPLES_KEEP:-0}" != 1 ] && [ "$FAILED" -eq 0 ]; then

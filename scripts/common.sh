@@ -45,9 +45,12 @@ OUTBOX_BASE_PACKAGES=(postgresql-15 postgresql-server-dev-15 build-essential
                       libipc-run-perl)
 # What examples/ needs (scripts/test.sh's examples suite): psycopg 3 and
 # PyYAML for the Python relay and the exporter check, libpq for the C relay
-# (postgresql-server-dev-15 pulls it in too), Node.js for the Node relay.
+# (postgresql-server-dev-15 pulls it in too), Node.js for the Node relay,
+# cargo and the packaged crates for the Rust relay (built offline).
 # shellcheck disable=SC2034  # used by scripts/test.sh
-OUTBOX_EXAMPLE_PACKAGES=(python3-psycopg python3-yaml libpq-dev nodejs)
+OUTBOX_EXAMPLE_PACKAGES=(python3-psycopg python3-yaml libpq-dev nodejs
+                         cargo librust-tokio-postgres-dev librust-tokio-dev
+                         librust-futures-util-dev)
 # "command=package": the package is installed only when the command is
 # missing.  NodeSource's nodejs ships npm and conflicts with Debian's npm.
 # shellcheck disable=SC2034  # used by scripts/test.sh
