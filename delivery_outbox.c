@@ -201,6 +201,7 @@ _PG_init(void)
 	RegisterXactCallback(outbox_xact_callback, NULL);
 	RegisterSubXactCallback(outbox_subxact_callback, NULL);
 	RegisterResourceReleaseCallback(outbox_xact_release_callback, NULL);
+	outbox_channel_lookup = outbox_default_channel;
 
 	if (process_shared_preload_libraries_in_progress)
 		outbox_init_preloaded();

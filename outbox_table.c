@@ -216,6 +216,27 @@ outbox_find_table(Oid relid)
 }
 
 /*
+ * outbox_default_channel
+ *
+ * For outbox_wake (outbox_channel_lookup): the default outbox's own
+ * channel, which outbox_configure() keeps in the registry (and in the
+ * triggers, but a restored dump gets the extension's triggers from CREATE
+ * EXTENSION, without it); NULL for any other table, whose triggers carry
+ * its channel.
+ */
+const char *
+outbox_default_channel(Oid relid)
+{
+	if (!OidIsValid(outbox_default_relid) && !outbox_installed())
+		return NULL;
+	if (!OidIsValid(outbox_default_relid))
+		(void) outbox_default_table();
+	if (relid != outbox_default_relid)
+		return NULL;
+	return outbox_default_table()->channel;
+}
+
+/*
  * outbox_channel_of
  *
  * Whether relid is an outbox, and its own channel (palloc'd; NULL: the

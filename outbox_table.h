@@ -31,6 +31,7 @@ extern OutboxTable *outbox_default_table(void);
 extern OutboxTable *outbox_find_table(Oid relid);
 extern List *outbox_table_list(void);
 extern bool outbox_channel_of(Oid relid, char **channel);
+extern const char *outbox_default_channel(Oid relid);
 extern Oid	outbox_table_relid(OutboxTable *table);
 extern const char *outbox_table_name(OutboxTable *table);
 extern const char *outbox_table_row_expr(OutboxTable *table);

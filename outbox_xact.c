@@ -88,6 +88,9 @@ static OutboxXactLevel *outbox_committed = NULL;
 static OutboxWakeup *outbox_committed_ids = NULL;
 static int	outbox_committed_nids = 0;
 
+/* Set by _PG_init: an outbox's own channel from the registry, see above. */
+outbox_channel_lookup_type outbox_channel_lookup = NULL;
+
 /* GID of the PREPARE TRANSACTION this transaction ends with, if any. */
 static char outbox_prepare_gid[GIDSIZE];
 
@@ -180,6 +183,9 @@ outbox_wake(int64 id, Oid relid, const char *channel)
 		return;
 	}
 
+	/* a table whose triggers name no channel may have one in the registry */
+	if (channel == NULL && outbox_channel_lookup != NULL)
+		channel = outbox_channel_lookup(relid);
 	outbox_notify(id, relid, channel);
 }
 

@@ -21,6 +21,15 @@
 
 extern void outbox_count(Oid relid, OutboxCounter counter, int64 delta);
 extern void outbox_wake(int64 id, Oid relid, const char *channel);
+
+/*
+ * Where a row's triggers name no channel (the extension's own table, whose
+ * triggers CREATE EXTENSION makes), the channel of the outbox's registry
+ * row, or NULL (delivery_outbox.channel).  Set by _PG_init to a function of
+ * outbox_table.c, which is above this layer.
+ */
+typedef const char *(*outbox_channel_lookup_type) (Oid relid);
+extern outbox_channel_lookup_type outbox_channel_lookup;
 extern void outbox_notify(int64 id, Oid relid, const char *channel);
 extern OutboxDatabase *outbox_my_database(bool create);
 extern void outbox_xact_forget_gauges(void);

@@ -198,9 +198,14 @@ SELECT outbox, origin, channel, channel_is_default FROM delivery_outbox_tables O
 SELECT c.relname, n.nspname, t.tgname, t.tgenabled, encode(t.tgargs, 'escape')
   FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
   JOIN pg_namespace n ON n.oid = c.relnamespace
- WHERE NOT t.tgisinternal AND c.relname = 'delivery_outbox' ORDER BY 2, 3;
+ WHERE NOT t.tgisinternal AND c.relname = 'delivery_outbox' AND n.nspname <> 'public'
+ ORDER BY 2, 3;
 SELECT outbox, disabled_triggers FROM delivery_outbox_registry ORDER BY outbox::text;
 };
+# the default outbox gets a channel of its own too
+$node->safe_psql('postgres',
+	"SELECT outbox_configure('delivery_outbox', channel => 'default_chan')");
+
 my $rows_before = $node->safe_psql('postgres', $rows_sql);
 my $settings_before = $node->safe_psql('postgres', $settings_sql);
 
@@ -231,6 +236,24 @@ for my $o (@outboxes)
 		'1',
 		"restored $o: it is claimable");
 }
+# the default outbox's triggers come from CREATE EXTENSION, without the
+# channel; its registry row came back, and its wake-ups go there
+my $restored_relay = $node->background_psql('restored');
+$restored_relay->query_safe('LISTEN default_chan');
+my $default_id = $node->safe_psql('restored',
+	"SELECT outbox_enqueue('agent:chan', 'work', '\\x08')");
+my $got_default = '';
+$deadline = time + $PostgreSQL::Test::Utils::timeout_default;
+while (time < $deadline
+	&& $got_default !~ /"default_chan" with payload "$default_id"/)
+{
+	$got_default .= $restored_relay->query_safe('SELECT 1');
+	usleep(50_000);
+}
+like($got_default, qr/notification "default_chan" with payload "$default_id" received/,
+	"restored: the default outbox's configured channel is in force");
+$restored_relay->quit;
+
 my ($ret, $out, $err) = $node->psql('restored', q{
 UPDATE tenant_a.delivery_outbox SET delivery_state = 'acked'
  WHERE delivery_state = 'pending'});
