@@ -236,6 +236,45 @@ REVOKE ALL ON TABLE delivery_outbox_tables FROM PUBLIC;
 REVOKE ALL ON FUNCTION outbox_create(name, name, text) FROM PUBLIC;
 
 --
+-- outbox_check_relation(tbl) and outbox_require_owner(tbl): the checks
+-- outbox_attach, outbox_detach and outbox_configure share: tbl given
+-- (22004) and naming a relation (42P01); the calling role a member of the
+-- table's owner (42501).  Not for direct use.
+--
+CREATE FUNCTION outbox_check_relation(tbl regclass)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF tbl IS NULL THEN
+        RAISE EXCEPTION 'tbl must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_class WHERE oid = tbl) THEN
+        RAISE EXCEPTION 'relation with OID % does not exist', tbl::oid
+            USING ERRCODE = 'undefined_table';
+    END IF;
+END
+$$;
+
+CREATE FUNCTION outbox_require_owner(tbl regclass)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT pg_has_role(@extschema@.outbox_calling_role(),
+                       (SELECT relowner FROM pg_class WHERE oid = tbl), 'MEMBER') THEN
+        RAISE EXCEPTION 'must be owner of table %', tbl
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+END
+$$;
+
+REVOKE ALL ON FUNCTION outbox_check_relation(regclass) FROM PUBLIC;
+REVOKE ALL ON FUNCTION outbox_require_owner(regclass) FROM PUBLIC;
+
+--
 -- outbox_attach(tbl, channel): make an existing table of the seed
 -- system's shape an outbox, rows and all, without rewriting it.  The caller
 -- must own the table.  Every row is checked first against the rules a
@@ -257,7 +296,6 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    caller regrole := @extschema@.outbox_calling_role();
     want record;
     att record;
     ts_type oid;
@@ -265,21 +303,12 @@ DECLARE
     notifying name[];
     trg name;
 BEGIN
-    IF tbl IS NULL THEN
-        RAISE EXCEPTION 'tbl must not be null' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    IF NOT EXISTS (SELECT FROM pg_class WHERE oid = tbl) THEN
-        RAISE EXCEPTION 'relation with OID % does not exist', tbl::oid
-            USING ERRCODE = 'undefined_table';
-    END IF;
+    PERFORM @extschema@.outbox_check_relation(tbl);
     IF channel IS NOT NULL AND (channel = '' OR octet_length(channel) >= 64) THEN
         RAISE EXCEPTION 'channel must be a non-empty name shorter than 64 bytes'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF NOT pg_has_role(caller, (SELECT relowner FROM pg_class WHERE oid = tbl), 'MEMBER') THEN
-        RAISE EXCEPTION 'must be owner of table %', tbl
-            USING ERRCODE = 'insufficient_privilege';
-    END IF;
+    PERFORM @extschema@.outbox_require_owner(tbl);
     IF tbl = '@extschema@.delivery_outbox'::regclass
        OR EXISTS (SELECT FROM @extschema@.delivery_outbox_registry r
                    WHERE r.outbox = tbl AND r.origin <> 'default') THEN
@@ -413,17 +442,10 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    caller regrole := @extschema@.outbox_calling_role();
     reg record;
     trg name;
 BEGIN
-    IF tbl IS NULL THEN
-        RAISE EXCEPTION 'tbl must not be null' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    IF NOT EXISTS (SELECT FROM pg_class WHERE oid = tbl) THEN
-        RAISE EXCEPTION 'relation with OID % does not exist', tbl::oid
-            USING ERRCODE = 'undefined_table';
-    END IF;
+    PERFORM @extschema@.outbox_check_relation(tbl);
     IF tbl = '@extschema@.delivery_outbox'::regclass THEN
         RAISE EXCEPTION 'the extension''s own table cannot be detached'
             USING ERRCODE = 'wrong_object_type',
@@ -435,10 +457,7 @@ BEGIN
         RAISE EXCEPTION 'relation % is not an outbox', tbl
             USING ERRCODE = 'wrong_object_type';
     END IF;
-    IF NOT pg_has_role(caller, (SELECT relowner FROM pg_class WHERE oid = tbl), 'MEMBER') THEN
-        RAISE EXCEPTION 'must be owner of table %', tbl
-            USING ERRCODE = 'insufficient_privilege';
-    END IF;
+    PERFORM @extschema@.outbox_require_owner(tbl);
     EXECUTE format('DROP TRIGGER zz_delivery_outbox_state_guard ON %s', tbl);
     EXECUTE format('DROP TRIGGER zz_delivery_outbox_inserted ON %s', tbl);
     FOREACH trg IN ARRAY reg.disabled_triggers LOOP
@@ -463,27 +482,17 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    caller regrole := @extschema@.outbox_calling_role();
     is_default boolean;
     chan text;
 BEGIN
-    IF tbl IS NULL THEN
-        RAISE EXCEPTION 'tbl must not be null' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    IF NOT EXISTS (SELECT FROM pg_class WHERE oid = tbl) THEN
-        RAISE EXCEPTION 'relation with OID % does not exist', tbl::oid
-            USING ERRCODE = 'undefined_table';
-    END IF;
+    PERFORM @extschema@.outbox_check_relation(tbl);
     is_default := tbl = '@extschema@.delivery_outbox'::regclass;
     IF NOT is_default AND NOT EXISTS (SELECT FROM @extschema@.delivery_outbox_registry r
                                        WHERE r.outbox = tbl) THEN
         RAISE EXCEPTION 'relation % is not an outbox', tbl
             USING ERRCODE = 'wrong_object_type';
     END IF;
-    IF NOT pg_has_role(caller, (SELECT relowner FROM pg_class WHERE oid = tbl), 'MEMBER') THEN
-        RAISE EXCEPTION 'must be owner of table %', tbl
-            USING ERRCODE = 'insufficient_privilege';
-    END IF;
+    PERFORM @extschema@.outbox_require_owner(tbl);
     IF channel IS NOT NULL AND octet_length(channel) >= 64 THEN
         RAISE EXCEPTION 'channel must be shorter than 64 bytes'
             USING ERRCODE = 'invalid_parameter_value';
