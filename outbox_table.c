@@ -227,13 +227,12 @@ outbox_find_table(Oid relid)
 const char *
 outbox_default_channel(Oid relid)
 {
+	OutboxTable *table;
+
 	if (!OidIsValid(outbox_default_relid) && !outbox_installed())
 		return NULL;
-	if (!OidIsValid(outbox_default_relid))
-		(void) outbox_default_table();
-	if (relid != outbox_default_relid)
-		return NULL;
-	return outbox_default_table()->channel;
+	table = outbox_default_table();
+	return relid == table->relid ? table->channel : NULL;
 }
 
 /*
@@ -316,15 +315,12 @@ outbox_table_entry(Oid relid)
 	table = hash_search(outbox_tables, &relid, HASH_ENTER, &found);
 	if (!found)
 	{
-		table->valid = false;
+		/* what outbox_table_clear() frees, then what it resets */
 		table->cxt = NULL;
-		table->name = NULL;
-		table->row_expr = NULL;
+		table->plan_sets = NIL;
+		outbox_table_clear(table);
 		table->utc = false;
 		table->registered = false;
-		table->channel = NULL;
-		table->plan_sets = NIL;
-		table->plan_set = NULL;
 	}
 	if (!table->valid && !outbox_table_check(table))
 		ereport(ERROR,
