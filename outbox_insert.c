@@ -210,6 +210,13 @@ outbox_insert_row(OutboxTable *table, Datum *values, const char *nulls,
 				slot->tts_values[i] = values[given];
 				slot->tts_isnull[i] = nulls[given] == 'n';
 			}
+			else if (cache->defaults[i] != NULL &&
+					 IsA(cache->defaults[i], Const))
+			{
+				/* a constant needs no state: its value, as it would yield */
+				slot->tts_values[i] = ((Const *) cache->defaults[i])->constvalue;
+				slot->tts_isnull[i] = ((Const *) cache->defaults[i])->constisnull;
+			}
 			else if (cache->defaults[i] != NULL)
 				slot->tts_values[i] =
 					ExecEvalExprSwitchContext(ExecInitExpr(cache->defaults[i],
