@@ -22,7 +22,22 @@ CREATE TABLE delivery_outbox_registry (
                       CHECK (channel OPERATOR(pg_catalog.<>) ''
                              AND pg_catalog.octet_length(channel) OPERATOR(pg_catalog.<) 64),
     -- notifying triggers outbox_attach() found and disabled, for detach
-    disabled_triggers name[] NOT NULL DEFAULT '{}'
+    disabled_triggers name[] NOT NULL DEFAULT '{}',
+    -- the delivery policy (docs/delivery-policy.md); NULL: unlimited, none
+    max_attempts      integer
+                      CONSTRAINT delivery_outbox_registry_max_attempts_check
+                      CHECK (max_attempts OPERATOR(pg_catalog.>) 0),
+    backoff_base      interval NOT NULL DEFAULT '0'
+                      CONSTRAINT delivery_outbox_registry_backoff_base_check
+                      CHECK (backoff_base OPERATOR(pg_catalog.>=) '0'),
+    backoff_max       interval NOT NULL DEFAULT '1 hour'
+                      CONSTRAINT delivery_outbox_registry_backoff_max_check
+                      CHECK (backoff_max OPERATOR(pg_catalog.>=) '0'),
+    ttl               interval
+                      CONSTRAINT delivery_outbox_registry_ttl_check
+                      CHECK (ttl OPERATOR(pg_catalog.>) '0'),
+    -- the dead-letter table (NULL for the default outbox: delivery_outbox_dead)
+    dead              regclass
 );
 
 COMMENT ON TABLE delivery_outbox_registry IS
@@ -30,6 +45,74 @@ COMMENT ON TABLE delivery_outbox_registry IS
 
 SELECT pg_catalog.pg_extension_config_dump('delivery_outbox_registry', '');
 REVOKE ALL ON TABLE delivery_outbox_registry FROM PUBLIC;
+
+--
+-- The delivery policy (docs/delivery-policy.md).  Every outbox gets four
+-- nullable columns of the extension's own (added without a rewrite):
+-- not_before (not claimable before it), expires_at (never handed out at or
+-- after it), dedup_key (taken once per recipient) and last_error.  Rows
+-- scheduled for later leave the claims' id-ordered indexes for one of their
+-- own, so a claim never walks past them; a unique index takes each
+-- (recipient, dedup_key) once.
+--
+ALTER TABLE delivery_outbox
+    ADD COLUMN not_before timestamptz,
+    ADD COLUMN expires_at timestamptz,
+    ADD COLUMN dedup_key text,
+    ADD COLUMN last_error text;
+
+DROP INDEX delivery_outbox_pending_idx;
+CREATE INDEX delivery_outbox_pending_idx
+    ON delivery_outbox (id)
+    WHERE delivery_state OPERATOR(pg_catalog.=) 'pending' AND not_before IS NULL;
+DROP INDEX delivery_outbox_pending_recipient_idx;
+CREATE INDEX delivery_outbox_pending_recipient_idx
+    ON delivery_outbox (recipient, id)
+    WHERE delivery_state OPERATOR(pg_catalog.=) 'pending' AND not_before IS NULL;
+-- scheduled and backed-off rows, by the time they fall due
+CREATE INDEX delivery_outbox_scheduled_idx
+    ON delivery_outbox (not_before, id)
+    WHERE delivery_state OPERATOR(pg_catalog.=) 'pending' AND not_before IS NOT NULL;
+-- rows with an expiry, for the worker's sweep
+CREATE INDEX delivery_outbox_expiring_idx
+    ON delivery_outbox (expires_at)
+    WHERE delivery_state OPERATOR(pg_catalog.=) 'pending' AND expires_at IS NOT NULL;
+CREATE UNIQUE INDEX delivery_outbox_dedup_idx
+    ON delivery_outbox (recipient, dedup_key)
+    WHERE dedup_key IS NOT NULL;
+
+--
+-- Dead letters: rows a recipient could not take leave the outbox for its
+-- companion table <table>_dead (same schema, same id), with the time and
+-- the reason.  outbox_redrive() puts them back.
+--
+CREATE TABLE delivery_outbox_dead (
+    id                bigint PRIMARY KEY,
+    recipient         text NOT NULL,
+    kind              text NOT NULL,
+    tenant_id         text,
+    payload           bytea NOT NULL,
+    delivery_state    text NOT NULL,
+    delivery_attempts integer NOT NULL,
+    created_at        timestamptz NOT NULL,
+    delivered_at      timestamptz,
+    acked_at          timestamptz,
+    not_before        timestamptz,
+    expires_at        timestamptz,
+    dedup_key         text,
+    last_error        text,
+    dead_at           timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    dead_reason       text NOT NULL
+                      CONSTRAINT delivery_outbox_dead_reason_check
+                      CHECK (dead_reason OPERATOR(pg_catalog.=)
+                             ANY ('{max_attempts,expired,rejected}'::text[]))
+);
+
+COMMENT ON TABLE delivery_outbox_dead IS
+    'dead letters of delivery_outbox: rows its recipients could not take';
+
+SELECT pg_catalog.pg_extension_config_dump('delivery_outbox_dead', '');
+REVOKE ALL ON TABLE delivery_outbox_dead FROM PUBLIC;
 
 -- A dropped table's outbox ends: its row goes (DROP TABLE, DROP SCHEMA).
 -- It runs for every such command, whoever issues it: as the extension's
@@ -123,11 +206,18 @@ BEGIN
                               CHECK (delivery_attempts OPERATOR(pg_catalog.>=) 0),
             created_at        timestamptz NOT NULL DEFAULT pg_catalog.now(),
             delivered_at      timestamptz,
-            acked_at          timestamptz
+            acked_at          timestamptz,
+            not_before        timestamptz,
+            expires_at        timestamptz,
+            dedup_key         text,
+            last_error        text
         )$ddl$, tbl);
     t := tbl::regclass;
     PERFORM @extschema@.outbox_make_outbox(t, channel, 'created');
     EXECUTE format('ALTER TABLE %s OWNER TO %s', t, caller);
+    EXECUTE format('ALTER TABLE %s OWNER TO %s',
+                   (SELECT r.dead FROM @extschema@.delivery_outbox_registry r
+                     WHERE r.outbox = t), caller);
     RETURN t;
 END
 $$;
@@ -169,10 +259,88 @@ $$;
 REVOKE ALL ON FUNCTION outbox_set_triggers(regclass, text) FROM PUBLIC;
 
 --
+-- outbox_make_dead(tbl): the dead-letter table of outbox tbl: <table>_dead
+-- (the name shortened to fit) in the same schema, with tbl's columns (its timestamps of the same type)
+-- and when and why each row died, owned by tbl's owner; one of that name
+-- and shape already there (left by outbox_detach() or DROP EXTENSION) is
+-- taken up, any other relation of that name is an error.  Not for direct
+-- use.
+--
+CREATE FUNCTION outbox_make_dead(tbl regclass)
+RETURNS regclass
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    rel name := (SELECT relname FROM pg_class WHERE oid = tbl);
+    nsp name := (SELECT n.nspname FROM pg_class c
+                   JOIN pg_namespace n ON n.oid = c.relnamespace
+                  WHERE c.oid = tbl);
+    ts text := (SELECT format_type(atttypid, NULL) FROM pg_attribute
+                 WHERE attrelid = tbl AND attname = 'created_at');
+    dead name;
+BEGIN
+    -- <table>_dead, the table's name shortened as needed to fit in 63 bytes
+    dead := rel;
+    WHILE octet_length(dead) > 58 LOOP
+        dead := left(dead, -1);
+    END LOOP;
+    dead := dead || '_dead';
+    -- one left by outbox_detach() or DROP EXTENSION is taken up again
+    IF EXISTS (SELECT FROM pg_class c
+                WHERE c.oid = to_regclass(format('%I.%I', nsp, dead))
+                  AND c.relkind = 'r'
+                  AND NOT EXISTS (SELECT FROM @extschema@.delivery_outbox_registry r
+                                   WHERE r.dead = c.oid)
+                  AND (SELECT count(*) FROM pg_attribute a
+                        WHERE a.attrelid = c.oid AND NOT a.attisdropped
+                          AND a.attname IN ('id', 'recipient', 'kind', 'tenant_id', 'payload',
+                                            'delivery_state', 'delivery_attempts', 'created_at',
+                                            'delivered_at', 'acked_at', 'not_before', 'expires_at',
+                                            'dedup_key', 'last_error', 'dead_at', 'dead_reason')) = 16) THEN
+        RETURN format('%I.%I', nsp, dead)::regclass;
+    END IF;
+    IF to_regclass(format('%I.%I', nsp, dead)) IS NOT NULL THEN
+        RAISE EXCEPTION 'relation "%" already exists', dead
+            USING ERRCODE = 'duplicate_table',
+                  DETAIL = format('Outbox %s keeps its dead letters in %I.%I.', tbl, nsp, dead),
+                  HINT = 'Rename or drop that relation first.';
+    END IF;
+    EXECUTE format($ddl$
+        CREATE TABLE %1$I.%2$I (
+            id                bigint PRIMARY KEY,
+            recipient         text NOT NULL,
+            kind              text NOT NULL,
+            tenant_id         text,
+            payload           bytea NOT NULL,
+            delivery_state    text NOT NULL,
+            delivery_attempts integer NOT NULL,
+            created_at        %3$s NOT NULL,
+            delivered_at      %3$s,
+            acked_at          %3$s,
+            not_before        timestamptz,
+            expires_at        timestamptz,
+            dedup_key         text,
+            last_error        text,
+            dead_at           timestamptz NOT NULL DEFAULT pg_catalog.now(),
+            dead_reason       text NOT NULL
+                              CHECK (dead_reason OPERATOR(pg_catalog.=)
+                                     ANY ('{max_attempts,expired,rejected}'::text[]))
+        )$ddl$, nsp, dead, ts);
+    EXECUTE format('ALTER TABLE %I.%I OWNER TO %I', nsp, dead,
+                   (SELECT relowner::regrole::name FROM pg_class WHERE oid = tbl));
+    RETURN format('%I.%I', nsp, dead)::regclass;
+END
+$$;
+
+REVOKE ALL ON FUNCTION outbox_make_dead(regclass) FROM PUBLIC;
+
+--
 -- outbox_make_outbox(tbl, channel, origin): what makes a table an outbox,
--- for outbox_create() and outbox_attach(): the indexes the claims need
--- (kept where an index of that name exists), the triggers, the registry
--- row.  Not for direct use.
+-- for outbox_create() and outbox_attach(): the delivery policy's columns
+-- (where missing: nullable, no default, so no rewrite), the indexes the
+-- claims need (kept where an index of that name exists), the dead-letter
+-- table, the triggers, the registry row.  Not for direct use.
 --
 CREATE FUNCTION outbox_make_outbox(tbl regclass, channel text, origin text)
 RETURNS void
@@ -184,31 +352,54 @@ DECLARE
     nsp name := (SELECT n.nspname FROM pg_class c
                    JOIN pg_namespace n ON n.oid = c.relnamespace
                   WHERE c.oid = tbl);
+    col record;
+    have oid;
     idx record;
     idxname name;
 BEGIN
+    FOR col IN
+        SELECT * FROM (VALUES
+            ('not_before', 'timestamptz'::regtype), ('expires_at', 'timestamptz'::regtype),
+            ('dedup_key', 'text'::regtype), ('last_error', 'text'::regtype)) AS v(name, type)
+    LOOP
+        SELECT atttypid INTO have FROM pg_attribute
+         WHERE attrelid = tbl AND attname = col.name AND NOT attisdropped;
+        IF NOT FOUND THEN
+            EXECUTE format('ALTER TABLE %s ADD COLUMN %I %s', tbl, col.name, col.type);
+        ELSIF have <> col.type THEN
+            RAISE EXCEPTION 'column "%" of table % must be of type %', col.name, tbl, col.type
+                USING ERRCODE = 'datatype_mismatch';
+        END IF;
+    END LOOP;
     FOR idx IN
         SELECT * FROM (VALUES
-            ('pending_idx', '(id) WHERE delivery_state OPERATOR(pg_catalog.=) ''pending'''),
-            ('pending_recipient_idx', '(recipient, id) WHERE delivery_state OPERATOR(pg_catalog.=) ''pending'''),
+            ('pending_idx', '(id) WHERE delivery_state OPERATOR(pg_catalog.=) ''pending'' AND not_before IS NULL'),
+            ('pending_recipient_idx', '(recipient, id) WHERE delivery_state OPERATOR(pg_catalog.=) ''pending'' AND not_before IS NULL'),
             ('open_recipient_idx', '(recipient, id) WHERE delivery_state OPERATOR(pg_catalog.=) ANY (''{pending,delivered}''::text[])'),
             ('delivered_idx', '(delivered_at) WHERE delivery_state OPERATOR(pg_catalog.=) ''delivered'''),
-            ('acked_idx', '(acked_at) WHERE delivery_state OPERATOR(pg_catalog.=) ''acked''')
+            ('acked_idx', '(acked_at) WHERE delivery_state OPERATOR(pg_catalog.=) ''acked'''),
+            ('scheduled_idx', '(not_before, id) WHERE delivery_state OPERATOR(pg_catalog.=) ''pending'' AND not_before IS NOT NULL'),
+            ('expiring_idx', '(expires_at) WHERE delivery_state OPERATOR(pg_catalog.=) ''pending'' AND expires_at IS NOT NULL'),
+            ('dedup_idx', '(recipient, dedup_key) WHERE dedup_key IS NOT NULL')
         ) AS v(suffix, def)
     LOOP
         idxname := left(rel, 63 - length(idx.suffix) - 1) || '_' || idx.suffix;
         IF to_regclass(format('%I.%I', nsp, idxname)) IS NULL THEN
-            EXECUTE format('CREATE INDEX %I ON %s %s', idxname, tbl, idx.def);
+            EXECUTE format('CREATE %sINDEX %I ON %s %s',
+                           CASE WHEN idx.suffix = 'dedup_idx' THEN 'UNIQUE ' ELSE '' END,
+                           idxname, tbl, idx.def);
         ELSIF NOT EXISTS (SELECT FROM pg_index
                            WHERE indexrelid = to_regclass(format('%I.%I', nsp, idxname))
                              AND indrelid = tbl) THEN
             -- the name is another relation's: PostgreSQL picks a free one
-            EXECUTE format('CREATE INDEX ON %s %s', tbl, idx.def);
+            EXECUTE format('CREATE %sINDEX ON %s %s',
+                           CASE WHEN idx.suffix = 'dedup_idx' THEN 'UNIQUE ' ELSE '' END,
+                           tbl, idx.def);
         END IF;
     END LOOP;
     PERFORM @extschema@.outbox_set_triggers(tbl, channel);
-    INSERT INTO @extschema@.delivery_outbox_registry (outbox, origin, channel)
-    VALUES (tbl, origin, channel);
+    INSERT INTO @extschema@.delivery_outbox_registry (outbox, origin, channel, dead)
+    VALUES (tbl, origin, channel, @extschema@.outbox_make_dead(tbl));
     PERFORM @extschema@.outbox_invalidate(tbl);
 END
 $$;
@@ -225,7 +416,13 @@ CREATE VIEW delivery_outbox_tables AS
            coalesce(r.channel,
                     pg_catalog.current_setting('delivery_outbox.channel', true),
                     'delivery_outbox') AS channel,
-           r.channel IS NULL AS channel_is_default
+           r.channel IS NULL AS channel_is_default,
+           r.max_attempts,
+           coalesce(r.backoff_base, '0') AS backoff_base,
+           coalesce(r.backoff_max, '1 hour') AS backoff_max,
+           r.ttl,
+           coalesce(r.dead, CASE WHEN o.outbox OPERATOR(pg_catalog.=) 'delivery_outbox'::regclass
+                                 THEN 'delivery_outbox_dead'::regclass END) AS dead_table
       FROM (SELECT 'delivery_outbox'::regclass AS outbox
             UNION ALL
             SELECT outbox FROM delivery_outbox_registry
@@ -476,7 +673,11 @@ $$;
 -- The caller must own the table (the default outbox: its owner, the
 -- extension's, normally a superuser).
 --
-CREATE FUNCTION outbox_configure(tbl regclass, channel text DEFAULT NULL)
+CREATE FUNCTION outbox_configure(tbl regclass, channel text DEFAULT NULL,
+                                 max_attempts integer DEFAULT NULL,
+                                 backoff_base interval DEFAULT NULL,
+                                 backoff_max interval DEFAULT NULL,
+                                 ttl interval DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -497,26 +698,51 @@ BEGIN
         RAISE EXCEPTION 'channel must be shorter than 64 bytes'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF channel IS NULL THEN
+    IF max_attempts < 0 THEN
+        RAISE EXCEPTION 'max_attempts must not be negative'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'max_attempts => 0 means no limit.';
+    END IF;
+    IF backoff_base < interval '0' OR backoff_max < interval '0' THEN
+        RAISE EXCEPTION '% must not be negative',
+            CASE WHEN backoff_base < interval '0' THEN 'backoff_base' ELSE 'backoff_max' END
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF ttl < interval '0' THEN
+        RAISE EXCEPTION 'ttl must not be negative'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'ttl => ''0'' means no expiry.';
+    END IF;
+    IF channel IS NULL AND max_attempts IS NULL AND backoff_base IS NULL
+       AND backoff_max IS NULL AND ttl IS NULL THEN
         RETURN;
     END IF;
-    chan := nullif(channel, '');
     IF is_default THEN
-        INSERT INTO @extschema@.delivery_outbox_registry (outbox, origin, channel)
-        VALUES (tbl, 'default', chan)
-        ON CONFLICT (outbox) DO UPDATE SET channel = excluded.channel;
-    ELSE
-        UPDATE @extschema@.delivery_outbox_registry SET channel = chan WHERE outbox = tbl;
+        INSERT INTO @extschema@.delivery_outbox_registry (outbox, origin, dead)
+        VALUES (tbl, 'default', '@extschema@.delivery_outbox_dead'::regclass)
+        ON CONFLICT (outbox) DO NOTHING;
     END IF;
-    -- the triggers carry the channel
-    PERFORM @extschema@.outbox_set_triggers(tbl, chan);
+    UPDATE @extschema@.delivery_outbox_registry r
+       SET max_attempts = CASE WHEN outbox_configure.max_attempts IS NULL THEN r.max_attempts
+                               ELSE nullif(outbox_configure.max_attempts, 0) END,
+           backoff_base = coalesce(outbox_configure.backoff_base, r.backoff_base),
+           backoff_max = coalesce(outbox_configure.backoff_max, r.backoff_max),
+           ttl = CASE WHEN outbox_configure.ttl IS NULL THEN r.ttl
+                      ELSE nullif(outbox_configure.ttl, interval '0') END
+     WHERE r.outbox = tbl;
+    IF channel IS NOT NULL THEN
+        chan := nullif(channel, '');
+        UPDATE @extschema@.delivery_outbox_registry r SET channel = chan WHERE r.outbox = tbl;
+        -- the triggers carry the channel
+        PERFORM @extschema@.outbox_set_triggers(tbl, chan);
+    END IF;
     PERFORM @extschema@.outbox_invalidate(tbl);
 END
 $$;
 
 REVOKE ALL ON FUNCTION outbox_attach(regclass, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION outbox_detach(regclass) FROM PUBLIC;
-REVOKE ALL ON FUNCTION outbox_configure(regclass, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION outbox_configure(regclass, text, integer, interval, interval, interval) FROM PUBLIC;
 
 --
 -- Every function gains a last argument "outbox regclass DEFAULT NULL": the
@@ -530,6 +756,9 @@ REVOKE ALL ON FUNCTION outbox_configure(regclass, text) FROM PUBLIC;
 --
 CREATE FUNCTION outbox_enqueue(recipient text, kind text, payload bytea,
                                tenant_id text DEFAULT NULL,
+                               not_before timestamptz DEFAULT NULL,
+                               expires_at timestamptz DEFAULT NULL,
+                               dedup_key text DEFAULT NULL,
                                outbox regclass DEFAULT NULL)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'outbox_enqueue'
@@ -559,11 +788,41 @@ AS 'MODULE_PATHNAME', 'outbox_ack_array'
 LANGUAGE C VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp;
 
-CREATE FUNCTION outbox_release(ids bigint[], outbox regclass DEFAULT NULL)
+CREATE FUNCTION outbox_release(ids bigint[], retry_after interval DEFAULT NULL,
+                               error text DEFAULT NULL,
+                               outbox regclass DEFAULT NULL)
 RETURNS integer
 AS 'MODULE_PATHNAME', 'outbox_release'
 LANGUAGE C VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp;
+
+-- delivered rows the recipient can never take: dead letters now
+CREATE FUNCTION outbox_reject(ids bigint[], error text DEFAULT NULL,
+                              outbox regclass DEFAULT NULL)
+RETURNS integer
+AS 'MODULE_PATHNAME', 'outbox_reject'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+-- dead letters back into the outbox, pending, with their ids
+CREATE FUNCTION outbox_redrive(ids bigint[], outbox regclass DEFAULT NULL)
+RETURNS integer
+AS 'MODULE_PATHNAME', 'outbox_redrive'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+-- when the next scheduled row (of a recipient) falls due, for relays
+-- without the worker
+CREATE FUNCTION outbox_next_due(recipient text DEFAULT NULL,
+                                outbox regclass DEFAULT NULL)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'outbox_next_due'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+REVOKE ALL ON FUNCTION outbox_reject(bigint[], text, regclass) FROM PUBLIC;
+REVOKE ALL ON FUNCTION outbox_redrive(bigint[], regclass) FROM PUBLIC;
+REVOKE ALL ON FUNCTION outbox_next_due(text, regclass) FROM PUBLIC;
 
 CREATE FUNCTION outbox_reclaim(older_than interval DEFAULT '60 seconds',
                                max_rows integer DEFAULT NULL,
@@ -609,7 +868,8 @@ CREATE FUNCTION outbox_stats(outbox regclass DEFAULT NULL,
                              OUT acked bigint,
                              OUT oldest_pending_age interval,
                              OUT oldest_delivered_age interval,
-                             OUT open_recipients bigint)
+                             OUT open_recipients bigint,
+                             OUT dead bigint)
 RETURNS record
 AS 'MODULE_PATHNAME', 'outbox_stats'
 LANGUAGE C VOLATILE SECURITY DEFINER
@@ -618,6 +878,9 @@ SET search_path = pg_catalog, pg_temp;
 CREATE FUNCTION outbox_enqueue_batch(recipients text[], kinds text[],
                                      payloads bytea[],
                                      tenant_ids text[] DEFAULT NULL,
+                                     not_befores timestamptz[] DEFAULT NULL,
+                                     expires_ats timestamptz[] DEFAULT NULL,
+                                     dedup_keys text[] DEFAULT NULL,
                                      outbox regclass DEFAULT NULL)
 RETURNS SETOF bigint
 AS 'MODULE_PATHNAME', 'outbox_enqueue_batch'
@@ -639,18 +902,18 @@ BEGIN
     FOR f IN
         SELECT old::regprocedure AS old, new::regprocedure AS new
           FROM (VALUES
-            ('outbox_enqueue(text,text,bytea,text)', 'outbox_enqueue(text,text,bytea,text,regclass)'),
+            ('outbox_enqueue(text,text,bytea,text)', 'outbox_enqueue(text,text,bytea,text,timestamptz,timestamptz,text,regclass)'),
             ('outbox_claim(integer,text,text)', 'outbox_claim(integer,text,text,regclass)'),
             ('outbox_ack(bigint,text)', 'outbox_ack(bigint,text,regclass)'),
             ('outbox_ack(bigint[],text)', 'outbox_ack(bigint[],text,regclass)'),
-            ('outbox_release(bigint[])', 'outbox_release(bigint[],regclass)'),
+            ('outbox_release(bigint[])', 'outbox_release(bigint[],interval,text,regclass)'),
             ('outbox_reclaim(interval,integer)', 'outbox_reclaim(interval,integer,regclass)'),
             ('outbox_reclaim_recipient(text,text)', 'outbox_reclaim_recipient(text,text,regclass)'),
             ('outbox_reassign(text,text)', 'outbox_reassign(text,text,regclass)'),
             ('outbox_replay(text,bigint,integer,text)', 'outbox_replay(text,bigint,integer,text,regclass)'),
             ('outbox_purge(interval)', 'outbox_purge(interval,regclass)'),
             ('outbox_stats()', 'outbox_stats(regclass)'),
-            ('outbox_enqueue_batch(text[],text[],bytea[],text[])', 'outbox_enqueue_batch(text[],text[],bytea[],text[],regclass)'),
+            ('outbox_enqueue_batch(text[],text[],bytea[],text[])', 'outbox_enqueue_batch(text[],text[],bytea[],text[],timestamptz[],timestamptz[],text[],regclass)'),
             ('outbox_wait(interval,text)', 'outbox_wait(interval,text,regclass)')
           ) AS v(old, new)
     LOOP
@@ -697,6 +960,8 @@ BEGIN
                                     OUT notified bigint,
                                     OUT notify_skipped bigint,
                                     OUT handover_dropped bigint,
+                                    OUT dead_lettered bigint,
+                                    OUT redriven bigint,
                                     OUT backlog_pending bigint,
                                     OUT backlog_delivered bigint,
                                     OUT stats_since timestamptz)

@@ -63,6 +63,9 @@ PG_FUNCTION_INFO_V1(outbox_claim);
 PG_FUNCTION_INFO_V1(outbox_ack);
 PG_FUNCTION_INFO_V1(outbox_ack_array);
 PG_FUNCTION_INFO_V1(outbox_release);
+PG_FUNCTION_INFO_V1(outbox_reject);
+PG_FUNCTION_INFO_V1(outbox_redrive);
+PG_FUNCTION_INFO_V1(outbox_next_due);
 PG_FUNCTION_INFO_V1(outbox_reclaim);
 PG_FUNCTION_INFO_V1(outbox_reclaim_recipient);
 PG_FUNCTION_INFO_V1(outbox_reassign);
@@ -76,19 +79,50 @@ PG_FUNCTION_INFO_V1(outbox_calling_role);
 PG_FUNCTION_INFO_V1(outbox_invalidate);
 
 /*
+ * outbox_check_schedule
+ *
+ * The delivery policy's arguments of an enqueue: a dedup_key is NULL or not
+ * empty, and an expires_at is later than the not_before (22023).
+ */
+static void
+outbox_check_schedule(Datum not_before, bool not_before_null,
+					  Datum expires_at, bool expires_at_null,
+					  Datum dedup_key, bool dedup_key_null, int element)
+{
+	char		where[32] = "";
+
+	if (element > 0)
+		snprintf(where, sizeof(where), " (element %d)", element);
+	if (!dedup_key_null && VARSIZE_ANY_EXHDR(DatumGetPointer(dedup_key)) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("dedup_key must not be empty%s", where),
+				 errhint("Pass NULL for a row without a key.")));
+	if (!not_before_null && !expires_at_null &&
+		DatumGetTimestampTz(expires_at) <= DatumGetTimestampTz(not_before))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("expires_at must be later than not_before%s", where),
+				 errdetail("A row that expires before it falls due could never be delivered.")));
+}
+
+/*
  * outbox_enqueue
  *
- * Insert one pending row and return its id.  The trigger validates the row
- * (payload size included) and queues the wake-up.
+ * Insert one pending row and return its id; with a dedup_key that the
+ * recipient's rows already hold, insert nothing and return that row's id.
+ * The trigger validates the row (payload size included) and queues the
+ * wake-up (for a row scheduled for later, the worker sends it when due).
  */
 Datum
 outbox_enqueue(PG_FUNCTION_ARGS)
 {
 	OutboxTable *t;
-	Datum		values[4];
-	char		nulls[4] = {' ', ' ', ' ', ' '};
+	Datum		values[7];
+	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	bool		isnull;
 	int64		id;
+	int			i;
 
 	outbox_check_text(fcinfo, 0, "recipient", true);
 	outbox_check_text(fcinfo, 1, "kind", true);
@@ -100,16 +134,51 @@ outbox_enqueue(PG_FUNCTION_ARGS)
 	values[0] = PG_GETARG_DATUM(0);
 	values[1] = PG_GETARG_DATUM(1);
 	values[2] = PG_GETARG_DATUM(2);
-	values[3] = outbox_null_text(fcinfo, 3, &nulls[3]);
+	for (i = 3; i < 7; i++)
+	{
+		values[i] = OUTBOX_ARG_IS_NULL(i) ? (Datum) 0 : PG_GETARG_DATUM(i);
+		nulls[i] = OUTBOX_ARG_IS_NULL(i) ? 'n' : ' ';
+	}
+	outbox_check_schedule(values[4], nulls[4] == 'n', values[5], nulls[5] == 'n',
+						  values[6], nulls[6] == 'n', 0);
 
-	t = outbox_target(fcinfo, 4, ACL_INSERT);
-	if (outbox_insert_row(t, values, nulls, &id))
+	t = outbox_target(fcinfo, 7, ACL_INSERT);
+	if (nulls[6] == 'n' && outbox_insert_row(t, values, nulls, &id))
 		PG_RETURN_INT64(id);
 
 	outbox_spi_connect();
-	outbox_execute(t, OUTBOX_PLAN_ENQUEUE, values, nulls, SPI_OK_INSERT_RETURNING);
-	if (SPI_processed != 1)
-		outbox_no_row_inserted();
+	if (nulls[6] == 'n')
+	{
+		outbox_execute(t, OUTBOX_PLAN_ENQUEUE, values, nulls, SPI_OK_INSERT_RETURNING);
+		if (SPI_processed != 1)
+			outbox_no_row_inserted();
+	}
+	else
+	{
+		/*
+		 * INSERT ... ON CONFLICT DO NOTHING waits for a transaction inserting
+		 * the same key; when that one commits, nothing is inserted and the
+		 * row is read (by a new snapshot, which sees it); when it rolls back,
+		 * this one inserts.  A row that holds the key and is purged in
+		 * between frees it: try again.
+		 */
+		Datum		key[2];
+
+		key[0] = values[0];
+		key[1] = values[6];
+		for (;;)
+		{
+			CHECK_FOR_INTERRUPTS();
+			if (outbox_execute(t, OUTBOX_PLAN_ENQUEUE_DEDUP, values, nulls,
+							   SPI_OK_INSERT_RETURNING) == 1)
+				break;
+			CommandCounterIncrement();
+			if (outbox_execute(t, OUTBOX_PLAN_DEDUP_LOOKUP, key, NULL,
+							   SPI_OK_SELECT) == 1)
+				break;
+			CommandCounterIncrement();
+		}
+	}
 	id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
 									 SPI_tuptable->tupdesc, 1, &isnull));
 	SPI_finish();
@@ -121,17 +190,19 @@ outbox_enqueue(PG_FUNCTION_ARGS)
  * outbox_claim
  *
  * Move up to max_rows pending rows (optionally one recipient's and/or one
- * tenant's) to delivered, oldest id first, skipping rows that other sessions
- * hold locked, and return them as updated, in id order.
+ * tenant's) to delivered, skipping rows that other sessions hold locked and
+ * rows not due yet or expired, and return them as updated, in id order:
+ * scheduled rows that fell due first, then the others oldest id first.
  */
 Datum
 outbox_claim(PG_FUNCTION_ARGS)
 {
 	OutboxTable *t;
-	Datum		values[3];
-	char		nulls[3] = {' ', ' ', ' '};
+	Datum		values[5];
+	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
 	Tuplestorestate *tupstore;
 	int			variant = 0;
+	TimestampTz now;
 
 	values[0] = Int64GetDatum(outbox_check_max_rows(fcinfo, 0));
 	outbox_check_text(fcinfo, 1, "recipient", false);
@@ -143,6 +214,9 @@ outbox_claim(PG_FUNCTION_ARGS)
 		variant += 2;
 
 	t = outbox_target(fcinfo, 3, ACL_UPDATE);
+	now = GetCurrentTimestamp();
+	values[3] = TimestampTzGetDatum(now);
+	values[4] = outbox_ttl_cutoff(t, now, &nulls[4]);
 	tupstore = outbox_begin_srf(fcinfo, 0);
 
 	outbox_spi_connect();
@@ -206,32 +280,110 @@ outbox_ack_array(PG_FUNCTION_ARGS)
 /*
  * outbox_release
  *
- * Give claimed rows back: delivered -> pending, in id order.
+ * Give claimed rows back after a failed push: delivered -> pending, in id
+ * order, not claimable before retry_after from now (NULL: the outbox's
+ * backoff), with error kept as last_error; a row out of attempts or expired
+ * goes to the dead letters instead.  Returns the number taken back.
  */
 Datum
 outbox_release(PG_FUNCTION_ARGS)
 {
 	OutboxTable *t;
-	Datum		values[1];
+	Datum		own[3];
+	char		own_nulls[3] = {' ', ' ', ' '};
 
-	uint64		count;
+	own[0] = outbox_check_ids(fcinfo, 0);
+	if (!OUTBOX_ARG_IS_NULL(1))
+		outbox_check_interval(fcinfo, 1, "retry_after");
+	own[1] = OUTBOX_ARG_IS_NULL(1) ? (Datum) 0 : PG_GETARG_DATUM(1);
+	own_nulls[1] = OUTBOX_ARG_IS_NULL(1) ? 'n' : ' ';
+	own[2] = outbox_null_text(fcinfo, 2, &own_nulls[2]);
 
-	values[0] = outbox_check_ids(fcinfo, 0);
+	t = outbox_target(fcinfo, 3, ACL_UPDATE);
+	return outbox_count_result(outbox_requeue(t, OUTBOX_PLAN_RELEASE, own,
+											  own_nulls, 3,
+											  OUTBOX_COUNT_RELEASED));
+}
 
+/*
+ * outbox_reject
+ *
+ * Delivered rows the recipient can never take go to the dead letters now
+ * ('rejected'), with error as last_error.  Returns the number moved.
+ */
+Datum
+outbox_reject(PG_FUNCTION_ARGS)
+{
+	OutboxTable *t;
+	Datum		values[3];
+	char		nulls[3] = {' ', ' ', ' '};
+
+	values[1] = outbox_check_ids(fcinfo, 0);
+	values[2] = outbox_null_text(fcinfo, 1, &nulls[2]);
+	t = outbox_target(fcinfo, 2, ACL_UPDATE);
+	values[0] = TimestampTzGetDatum(GetCurrentTimestamp());
+	return outbox_count_result(outbox_move_rows(t, OUTBOX_PLAN_REJECT, values,
+												nulls, OUTBOX_COUNT_RELEASED));
+}
+
+/*
+ * outbox_redrive
+ *
+ * Dead letters back into the outbox as pending rows with their ids, zero
+ * attempts and a new created_at, notified.  One whose dedup_key another row
+ * took meanwhile stays dead.  Returns the number put back.
+ */
+Datum
+outbox_redrive(PG_FUNCTION_ARGS)
+{
+	OutboxTable *t;
+	Datum		values[2];
+	int64		count;
+	bool		isnull;
+
+	values[1] = outbox_check_ids(fcinfo, 0);
 	t = outbox_target(fcinfo, 1, ACL_UPDATE);
-	/* the trigger counts these delivered -> pending moves as releases */
-	outbox_requeue_counter = OUTBOX_COUNT_RELEASED;
-	PG_TRY();
-	{
-		count = outbox_run(t, OUTBOX_PLAN_RELEASE, values, NULL, SPI_OK_UPDATE);
-	}
-	PG_FINALLY();
-	{
-		outbox_requeue_counter = OUTBOX_COUNT_RECLAIMED;
-	}
-	PG_END_TRY();
+	values[0] = TimestampTzGetDatum(GetCurrentTimestamp());
+	outbox_spi_connect();
+	outbox_execute(t, OUTBOX_PLAN_REDRIVE, values, NULL, SPI_OK_SELECT);
+	count = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+										SPI_tuptable->tupdesc, 1, &isnull));
+	SPI_finish();
+	if (count > 0)
+		outbox_count(outbox_table_relid(t), OUTBOX_COUNT_REDRIVEN, count);
+	return outbox_count_result((uint64) count);
+}
 
-	return outbox_count_result(count);
+/*
+ * outbox_next_due
+ *
+ * When the next row scheduled for later (of recipient, if given) falls due:
+ * the earliest not_before in the future among pending rows, or NULL.  For
+ * relays that run without the worker, which wakes such rows itself.
+ */
+Datum
+outbox_next_due(PG_FUNCTION_ARGS)
+{
+	OutboxTable *t;
+	Datum		values[2];
+	char		nulls[2] = {' ', ' '};
+	Datum		result;
+	bool		isnull;
+
+	outbox_check_text(fcinfo, 0, "recipient", false);
+	values[1] = outbox_null_text(fcinfo, 0, &nulls[1]);
+	t = outbox_target_columns(fcinfo, 1, ACL_SELECT, outbox_wait_columns);
+	values[0] = TimestampTzGetDatum(GetCurrentTimestamp());
+
+	outbox_spi_connect();
+	outbox_execute(t, nulls[1] == 'n' ? OUTBOX_PLAN_NEXT_DUE : OUTBOX_PLAN_NEXT_DUE_R,
+				   values, nulls, SPI_OK_SELECT);
+	result = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
+						   &isnull);
+	SPI_finish();
+	if (isnull)
+		PG_RETURN_NULL();
+	PG_RETURN_DATUM(result);
 }
 
 /*
@@ -269,9 +421,9 @@ outbox_reclaim_recipient(PG_FUNCTION_ARGS)
 
 	t = outbox_target(fcinfo, 2, ACL_UPDATE);
 	return outbox_count_result(
-		outbox_run(t, nulls[1] == 'n' ?
-				   OUTBOX_PLAN_RESYNC_NULL_TENANT : OUTBOX_PLAN_RESYNC,
-				   values, nulls, SPI_OK_UPDATE));
+		outbox_requeue(t, nulls[1] == 'n' ?
+					   OUTBOX_PLAN_RESYNC_NULL_TENANT : OUTBOX_PLAN_RESYNC,
+					   values, nulls, 2, OUTBOX_COUNT_RECLAIMED));
 }
 
 /*
@@ -359,15 +511,16 @@ outbox_stats(PG_FUNCTION_ARGS)
 	OutboxTable *t;
 	TupleDesc	tupdesc;
 	Datum		now = TimestampTzGetDatum(GetCurrentTimestamp());
-	Datum		values[6];
-	bool		nulls[6];
+	Datum		values[7];
+	bool		nulls[7];
 	HeapTuple	result;
 	int			i;
 
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
 	tupdesc = BlessTupleDesc(tupdesc);
-	if (tupdesc->natts != lengthof(values))
+	/* 1.1's outbox_stats() has no "dead" */
+	if (tupdesc->natts != lengthof(values) && tupdesc->natts != lengthof(values) - 1)
 		elog(ERROR, "outbox_stats() is declared with %d columns, expected %d",
 			 tupdesc->natts, (int) lengthof(values));
 
@@ -397,60 +550,101 @@ outbox_stats(PG_FUNCTION_ARGS)
  * outbox_enqueue_batch
  *
  * Insert one pending row per array position and return the ids in input
- * order.  The arrays must have equal lengths (tenant_ids may be NULL: no
- * tenant for any row); every element is validated as outbox_enqueue()
- * validates its arguments, and the trigger checks and wakes each row.
+ * order.  The arrays must have equal lengths (tenant_ids, not_befores,
+ * expires_ats and dedup_keys may be NULL: none for any row, or hold NULLs);
+ * every element is validated as outbox_enqueue() validates its arguments,
+ * and the trigger checks and wakes each row.  A position whose dedup_key the
+ * recipient's rows already hold (or an earlier position of the batch took)
+ * inserts nothing and returns that row's id.
  */
 Datum
 outbox_enqueue_batch(PG_FUNCTION_ARGS)
 {
+	static const char *const names[7] = {
+		"recipients", "kinds", "payloads", "tenant_ids",
+		"not_befores", "expires_ats", "dedup_keys"
+	};
 	OutboxTable *t;
-	Datum		values[4];
-	char		nulls[4] = {' ', ' ', ' ', ' '};
-	int			n[4] = {0, 0, 0, 0};
+	Datum		values[7];
+	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	int			n[7] = {0, 0, 0, 0, 0, 0, 0};
 	Tuplestorestate *tupstore;
 	TupleDesc	tupdesc;
 	int64	   *ids;
+	int64	   *inserted;
+	uint64		ninserted;
+	bool		keyed = false;
 	uint64		i;
 	int			a;
 
-	values[0] = outbox_text_array(fcinfo, 0, "recipients", true, true, &n[0]);
-	values[1] = outbox_text_array(fcinfo, 1, "kinds", true, true, &n[1]);
-	values[2] = outbox_text_array(fcinfo, 2, "payloads", true, true, &n[2]);
-	values[3] = outbox_text_array(fcinfo, 3, "tenant_ids", false, false, &n[3]);
-	if (PG_ARGISNULL(3))
-		nulls[3] = 'n';
-	for (a = 1; a < 4; a++)
+	for (a = 0; a < 7; a++)
 	{
-		if (a == 3 && PG_ARGISNULL(3))
+		values[a] = outbox_text_array(fcinfo, a, names[a], a < 3, a < 3, &n[a]);
+		if (OUTBOX_ARG_IS_NULL(a))
+			nulls[a] = 'n';
+	}
+	for (a = 1; a < 7; a++)
+	{
+		if (nulls[a] == 'n')
 			continue;
 		if (n[a] != n[0])
 			ereport(ERROR,
 					(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
 					 errmsg("outbox batch arrays must have equal lengths"),
 					 errdetail("Array recipients has length %d; array %s has length %d.",
-							   n[0], a == 1 ? "kinds" : a == 2 ? "payloads" : "tenant_ids",
-							   n[a])));
+							   n[0], names[a], n[a])));
 	}
 
-	t = outbox_target(fcinfo, 4, ACL_INSERT);
+	/* the policy's elements, position by position */
+	if (nulls[4] == ' ' || nulls[5] == ' ' || nulls[6] == ' ')
+	{
+		Datum	   *e[3] = {NULL, NULL, NULL};
+		bool	   *en[3] = {NULL, NULL, NULL};
+		int			k;
+
+		for (a = 4; a < 7; a++)
+		{
+			if (nulls[a] == 'n')
+				continue;
+			deconstruct_array(DatumGetArrayTypeP(values[a]),
+							  a == 6 ? TEXTOID : TIMESTAMPTZOID,
+							  a == 6 ? -1 : (int) sizeof(TimestampTz),
+							  a == 6 ? false : FLOAT8PASSBYVAL,
+							  a == 6 ? TYPALIGN_INT : TYPALIGN_DOUBLE,
+							  &e[a - 4], &en[a - 4], &k);
+		}
+		for (k = 0; k < n[0]; k++)
+		{
+			bool		nb_null = e[0] == NULL || en[0][k];
+			bool		ea_null = e[1] == NULL || en[1][k];
+			bool		dk_null = e[2] == NULL || en[2][k];
+
+			outbox_check_schedule(nb_null ? 0 : e[0][k], nb_null,
+								  ea_null ? 0 : e[1][k], ea_null,
+								  dk_null ? 0 : e[2][k], dk_null, k + 1);
+			keyed |= !dk_null;
+		}
+	}
+
+	t = outbox_target(fcinfo, 7, ACL_INSERT);
 	tupstore = outbox_begin_srf(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
 	if (n[0] == 0)
 		return (Datum) 0;
 
 	outbox_spi_connect();
-	outbox_execute(t, OUTBOX_PLAN_ENQUEUE_BATCH, values, nulls,
-				   SPI_OK_INSERT_RETURNING);
-	if (SPI_processed != (uint64) n[0])
+	outbox_execute(t, keyed ? OUTBOX_PLAN_ENQUEUE_BATCH_DEDUP : OUTBOX_PLAN_ENQUEUE_BATCH,
+				   values, nulls, SPI_OK_INSERT_RETURNING);
+	ninserted = SPI_processed;
+	if (!keyed && ninserted != (uint64) n[0])
 		elog(ERROR, "outbox batch insert returned " UINT64_FORMAT " rows, expected %d",
-			 SPI_processed, n[0]);
-	ids = palloc(sizeof(int64) * n[0]);
-	for (i = 0; i < SPI_processed; i++)
+			 ninserted, n[0]);
+	inserted = palloc(sizeof(int64) * Max(ninserted, 1));
+	for (i = 0; i < ninserted; i++)
 	{
 		bool		isnull;
 
-		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i],
-											 SPI_tuptable->tupdesc, 1, &isnull));
+		inserted[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i],
+												  SPI_tuptable->tupdesc, 1, &isnull));
 	}
 
 	/*
@@ -458,7 +652,61 @@ outbox_enqueue_batch(PG_FUNCTION_ARGS)
 	 * the sequence, so ascending ids are input order, whatever order
 	 * RETURNING used.
 	 */
-	qsort(ids, n[0], sizeof(int64), outbox_int64_cmp);
+	qsort(inserted, ninserted, sizeof(int64), outbox_int64_cmp);
+	ids = palloc0(sizeof(int64) * n[0]);
+	if (!keyed)
+		memcpy(ids, inserted, sizeof(int64) * n[0]);
+	else
+	{
+		bool	   *has_key = palloc0(sizeof(bool) * n[0]);
+		int64	   *keyed_ids = palloc(sizeof(int64) * n[0]);
+		Datum		lookup[2];
+		uint64		nkeyed;
+		uint64		next = 0;
+		int			pos;
+
+		/*
+		 * Keyed positions get the id of the row holding their key (inserted
+		 * now or before); the inserted rows left, in ascending order, are
+		 * the unkeyed positions', in input order.
+		 */
+		CommandCounterIncrement();
+		lookup[0] = values[0];
+		lookup[1] = values[6];
+		nkeyed = outbox_execute(t, OUTBOX_PLAN_DEDUP_LOOKUP_BATCH, lookup,
+								NULL, SPI_OK_SELECT);
+		for (i = 0; i < nkeyed; i++)
+		{
+			bool		isnull;
+			int64		ord = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i],
+														  SPI_tuptable->tupdesc, 1, &isnull));
+
+			if (ord < 1 || ord > n[0])
+				elog(ERROR, "outbox batch key lookup returned position " INT64_FORMAT, ord);
+			ids[ord - 1] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i],
+													   SPI_tuptable->tupdesc, 2, &isnull));
+			has_key[ord - 1] = true;
+			keyed_ids[i] = ids[ord - 1];
+		}
+		qsort(keyed_ids, nkeyed, sizeof(int64), outbox_int64_cmp);
+		for (pos = 0; pos < n[0]; pos++)
+		{
+			if (has_key[pos])
+				continue;
+			while (next < ninserted &&
+				   bsearch(&inserted[next], keyed_ids, nkeyed, sizeof(int64),
+						   outbox_int64_cmp) != NULL)
+				next++;
+			if (next >= ninserted)
+				ereport(ERROR,
+						(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+						 errmsg("outbox batch: the row holding a dedup_key of element %d was removed meanwhile",
+								pos + 1),
+						 errhint("Retry the transaction.")));
+			ids[pos] = inserted[next++];
+		}
+	}
+	SPI_finish();
 	tupdesc = ((ReturnSetInfo *) fcinfo->resultinfo)->setDesc;
 	for (a = 0; a < n[0]; a++)
 	{
@@ -467,7 +715,6 @@ outbox_enqueue_batch(PG_FUNCTION_ARGS)
 
 		tuplestore_putvalues(tupstore, tupdesc, &v, &isnull);
 	}
-	SPI_finish();
 
 	return (Datum) 0;
 }
@@ -483,18 +730,60 @@ outbox_enqueue_batch(PG_FUNCTION_ARGS)
  * check takes a new snapshot, so call it in READ COMMITTED (autocommit).
  */
 #define OUTBOX_WAIT_POLL_MS		100
+
+/*
+ * outbox_wait_probe
+ *
+ * One look: is there a row a claim would hand out (the recipient's, if
+ * values[0] is one)?  If not, *next_due is when the next row scheduled for
+ * later falls due (0: none).
+ */
+static bool
+outbox_wait_probe(OutboxTable *t, OutboxPlanId plan, Datum *values,
+				  char *nulls, TimestampTz *next_due)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	bool		isnull;
+	bool		found;
+
+	values[1] = TimestampTzGetDatum(now);
+	values[2] = outbox_ttl_cutoff(t, now, &nulls[2]);
+	*next_due = 0;
+	outbox_spi_connect();
+	outbox_execute(t, plan, values, nulls, SPI_OK_SELECT);
+	found = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
+									   SPI_tuptable->tupdesc, 1, &isnull));
+	if (!found && outbox_table_has_policy(t))
+	{
+		Datum		next[2];
+		char		next_nulls[2] = {' ', nulls[0]};
+		Datum		d;
+
+		next[0] = values[1];
+		next[1] = values[0];
+		outbox_execute(t, nulls[0] == 'n' ? OUTBOX_PLAN_NEXT_DUE : OUTBOX_PLAN_NEXT_DUE_R,
+					   next, next_nulls, SPI_OK_SELECT);
+		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
+						  &isnull);
+		if (!isnull)
+			*next_due = DatumGetTimestampTz(d);
+	}
+	SPI_finish();
+	return found;
+}
 #define OUTBOX_WAIT_RECHECK_MS	1000
 
 Datum
 outbox_wait(PG_FUNCTION_ARGS)
 {
 	OutboxTable *t;
-	Datum		values[1];
-	char		nulls[1] = {' '};
+	Datum		values[3];
+	char		nulls[3] = {' ', ' ', ' '};
 	OutboxPlanId plan;
 	TimestampTz deadline;
 	OutboxDatabase *db = outbox_my_database(true);
 	bool		found = false;
+	TimestampTz next_due = 0;
 
 	outbox_check_interval(fcinfo, 0, "timeout");
 	outbox_check_text(fcinfo, 1, "recipient", false);
@@ -526,12 +815,17 @@ outbox_wait(PG_FUNCTION_ARGS)
 		if (db != NULL)
 			ConditionVariablePrepareToSleep(&db->pending_cv);
 
-		found = outbox_run(t, plan, values, nulls, SPI_OK_SELECT) > 0;
+		found = outbox_wait_probe(t, plan, values, nulls, &next_due);
 
 		remaining = TimestampDifferenceMilliseconds(GetCurrentTimestamp(),
 													deadline);
 		if (found || remaining <= 0)
 			break;
+		/* a row scheduled for later: wake when it falls due */
+		if (next_due != 0)
+			remaining = Min(remaining,
+							Max(TimestampDifferenceMilliseconds(GetCurrentTimestamp(),
+																next_due), 1));
 
 		if (db != NULL)
 			(void) ConditionVariableTimedSleep(&db->pending_cv,
@@ -565,6 +859,9 @@ outbox_wait(PG_FUNCTION_ARGS)
  */
 #define OUTBOX_RECOUNT_MS		60000
 
+/* The counters 1.1's outbox_activity() does not have. */
+#define OUTBOX_COUNTERS_SINCE_1_2	2
+
 Datum
 outbox_activity(PG_FUNCTION_ARGS)
 {
@@ -582,9 +879,12 @@ outbox_activity(PG_FUNCTION_ARGS)
 
 	tupstore = outbox_begin_srf(fcinfo, 0);
 	tupdesc = ((ReturnSetInfo *) fcinfo->resultinfo)->setDesc;
-	/* 1.2: a row per outbox, with its OID; 1.1: a row per database */
+	/*
+	 * 1.2: a row per outbox, with its OID; 1.1: a row per database, without
+	 * the counters of dead letters.
+	 */
 	per_outbox = tupdesc->natts == OUTBOX_NUM_COUNTERS + 3;
-	if (!per_outbox && tupdesc->natts != OUTBOX_NUM_COUNTERS + 2)
+	if (!per_outbox && tupdesc->natts != OUTBOX_NUM_COUNTERS + 2 - OUTBOX_COUNTERS_SINCE_1_2)
 		elog(ERROR, "outbox_activity() is declared with %d columns, expected %d",
 			 tupdesc->natts, OUTBOX_NUM_COUNTERS + 3);
 
@@ -669,6 +969,9 @@ outbox_activity_row(Tuplestorestate *tupstore, TupleDesc tupdesc, Oid dboid,
 		values[col++] = ObjectIdGetDatum(relid);
 	for (c = 0; c < OUTBOX_NUM_COUNTERS; c++)
 	{
+		if (!OidIsValid(relid) &&
+			(c == OUTBOX_COUNT_DEAD_LETTERED || c == OUTBOX_COUNT_REDRIVEN))
+			continue;			/* the 1.1 shape */
 		values[col] = Int64GetDatum((int64) pg_atomic_read_u64(&counters[c]));
 		nulls[col++] = !counted && c >= OUTBOX_FIRST_GAUGE;
 	}

@@ -138,8 +138,8 @@ outbox_check_text(FunctionCallInfo fcinfo, int argno, const char *name,
 Datum
 outbox_null_text(FunctionCallInfo fcinfo, int argno, char *null)
 {
-	*null = PG_ARGISNULL(argno) ? 'n' : ' ';
-	return PG_ARGISNULL(argno) ? (Datum) 0 : PG_GETARG_DATUM(argno);
+	*null = OUTBOX_ARG_IS_NULL(argno) ? 'n' : ' ';
+	return OUTBOX_ARG_IS_NULL(argno) ? (Datum) 0 : PG_GETARG_DATUM(argno);
 }
 
 /*
@@ -163,7 +163,7 @@ outbox_text_array(FunctionCallInfo fcinfo, int argno, const char *name,
 	int			i;
 
 	*nitems = 0;
-	if (PG_ARGISNULL(argno))
+	if (OUTBOX_ARG_IS_NULL(argno))
 	{
 		if (required)
 			ereport(ERROR,

@@ -19,6 +19,13 @@
 
 #include "outbox_table.h"
 
+/*
+ * Whether argument n is NULL or absent: the C functions also serve the SQL
+ * declarations of older versions, which have fewer arguments, until ALTER
+ * EXTENSION UPDATE.
+ */
+#define OUTBOX_ARG_IS_NULL(n)	(PG_NARGS() <= (n) || PG_ARGISNULL(n))
+
 extern OutboxTable *outbox_target(FunctionCallInfo fcinfo, int argno,
 								  AclMode mode);
 extern OutboxTable *outbox_target_columns(FunctionCallInfo fcinfo, int argno,

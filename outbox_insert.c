@@ -99,7 +99,9 @@ static uint64 outbox_insert_generation = 1;
  * outbox_insert_row
  *
  * outbox_enqueue's insert into table without SQL: values/nulls are
- * recipient, kind, payload and tenant_id.  The row goes through the
+ * recipient, kind, payload, tenant_id, not_before, expires_at and dedup_key
+ * (NULL: a key needs the INSERT's ON CONFLICT; the last three go only into
+ * a table that has them).  The row goes through the
  * executor's row-level insert: BEFORE ROW triggers (the state guard), stored generated columns,
  * NOT NULL and CHECK constraints, heap and index insert, AFTER ROW triggers
  * (the wake-up), fired at the end as for a statement.
@@ -203,7 +205,10 @@ outbox_insert_row(OutboxTable *table, Datum *values, const char *nulls,
 			int			given = attnum == cols->recipient ? 0 :
 				attnum == cols->kind ? 1 :
 				attnum == cols->payload ? 2 :
-				attnum == cols->tenant_id ? 3 : -1;
+				attnum == cols->tenant_id ? 3 :
+				attnum == cols->not_before ? 4 :
+				attnum == cols->expires_at ? 5 :
+				attnum == cols->dedup_key ? 6 : -1;
 
 			if (given >= 0)
 			{

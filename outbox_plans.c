@@ -26,15 +26,18 @@
 
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/timestamp.h"
 
 #include "delivery_outbox.h"
 #include "outbox_plans.h"
 #include "outbox_shmem.h"
 #include "outbox_table.h"
+#include "outbox_trigger.h"
 #include "outbox_xact.h"
 
 static SPIPlanPtr outbox_plan(OutboxTable *table, OutboxPlanId id);
@@ -64,13 +67,191 @@ typedef struct OutboxPlanDef
 {
 	const char *sql;
 	Oid			argtypes[OUTBOX_PLAN_MAX_ARGS];	/* InvalidOid-terminated */
+
+	/*
+	 * The statement for a table without the delivery policy's columns: the
+	 * default outbox of an extension still at 1.0 or 1.1 (the new library
+	 * runs before ALTER EXTENSION UPDATE), with the same parameters and
+	 * result columns; NULL where the 1.1 functions have no such statement.
+	 */
+	const char *legacy;
 } OutboxPlanDef;
+
+/*
+ * A parameter compared with the table's own timestamps (created_at,
+ * delivered_at, acked_at): timestamptz, or timestamp for a table that keeps
+ * UTC wall-clock times.  The policy's columns (not_before, expires_at) are
+ * timestamptz in every outbox, and their parameters plain TIMESTAMPTZOID.
+ */
+#define TABLE_TIME			((Oid) 1)
 
 #define OUTBOX_OPEN_STATES \
 	"ANY ('{pending,delivered}'::pg_catalog.text[])"
 
-/* the claim: pending rows in id order, optionally one recipient's/tenant's */
+/*
+ * A pending row that may be handed out, as far as expiry goes: not past its
+ * expires_at (against now) nor its outbox's ttl (created_at against the
+ * cutoff, NULL when there is no ttl).
+ */
+#define OUTBOX_UNEXPIRED(now, ttl_cutoff) \
+	" AND (expires_at IS NULL OR expires_at OPERATOR(pg_catalog.>) " now ")" \
+	" AND (" ttl_cutoff " IS NULL OR created_at OPERATOR(pg_catalog.>) " ttl_cutoff ")"
+
+/*
+ * The claim: first the scheduled rows that fell due, in the order they fell
+ * due, then the others, oldest id first (each from its own index, so rows
+ * scheduled for later are never walked past), optionally one recipient's
+ * and/or one tenant's, skipping locked rows and expired ones.  $1 max rows,
+ * $2 recipient, $3 tenant, $4 now, $5 the ttl cutoff.
+ */
 #define OUTBOX_CLAIM_SQL(filter) \
+	"WITH d AS (" \
+	"SELECT id FROM %1$s" \
+	" WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'" \
+	" AND not_before IS NOT NULL AND not_before OPERATOR(pg_catalog.<=) $4" \
+	filter OUTBOX_UNEXPIRED("$4", "$5") \
+	" ORDER BY not_before, id LIMIT $1 FOR UPDATE SKIP LOCKED)," \
+	" r AS (" \
+	"SELECT id FROM %1$s" \
+	" WHERE delivery_state OPERATOR(pg_catalog.=) 'pending' AND not_before IS NULL" \
+	filter OUTBOX_UNEXPIRED("$4", "$5") \
+	" ORDER BY id" \
+	" LIMIT ($1 OPERATOR(pg_catalog.-) (SELECT pg_catalog.count(*) FROM d))" \
+	" FOR UPDATE SKIP LOCKED)," \
+	" c AS (SELECT id FROM d UNION ALL SELECT id FROM r)," \
+	" u AS (" \
+	"UPDATE %1$s o SET delivery_state = 'delivered' FROM c" \
+	" WHERE o.id OPERATOR(pg_catalog.=) c.id" \
+	" AND pg_catalog.texteq(o.delivery_state, 'pending')" \
+	" RETURNING (%2$s) AS o)" \
+	" SELECT u.o FROM u ORDER BY (u.o).id"
+#define OUTBOX_BY_RECIPIENT	" AND recipient OPERATOR(pg_catalog.=) $2"
+#define OUTBOX_BY_TENANT	" AND tenant_id OPERATOR(pg_catalog.=) $3"
+
+#define OUTBOX_CLAIM_ARGS	{INT8OID, TEXTOID, TEXTOID, TIMESTAMPTZOID, TABLE_TIME}
+
+/* the acks' lock: open rows by id, in id order */
+#define OUTBOX_ACK_LOCK_SQL(filter) \
+	"SELECT id, delivery_state OPERATOR(pg_catalog.=) 'pending'" \
+	" FROM %1$s" \
+	" WHERE id OPERATOR(pg_catalog.=) ANY ($1)" \
+	" AND NOT pg_catalog.texteq(delivery_state, 'acked')" filter \
+	" ORDER BY id FOR UPDATE"
+
+/*
+ * Delivered rows going back to pending (release, reclaim, resync): the rows
+ * locked by the CTE l, in id order or skipping locked rows, either go back
+ * to pending, not claimable before not_before, or, when expired or out of
+ * attempts, move to the dead letters (%3$s); the same test decides both,
+ * so every row does exactly one.  Returns the numbers requeued and
+ * dead-lettered.  The policy's parameters, shared by all three: $1 now,
+ * $2 max_attempts (NULL: unlimited), $3 the ttl cutoff (NULL: none),
+ * $4 backoff_base, $5 backoff_max; the statement's own follow.
+ */
+#define OUTBOX_EXPIRED(o) \
+	"(" o "expires_at IS NOT NULL AND " o "expires_at OPERATOR(pg_catalog.<=) $1" \
+	" OR $3 IS NOT NULL AND " o "created_at OPERATOR(pg_catalog.<=) $3)"
+#define OUTBOX_DEAD(o) \
+	"coalesce(" OUTBOX_EXPIRED(o) \
+	" OR $2 IS NOT NULL AND " o "delivery_attempts OPERATOR(pg_catalog.>=) $2, false)"
+/* base x 2^(attempts - 1), capped, times a jitter in [0.5, 1] */
+#define OUTBOX_BACKOFF \
+	"CASE WHEN $4 OPERATOR(pg_catalog.>) '0'::pg_catalog.interval THEN" \
+	" $1 OPERATOR(pg_catalog.+)" \
+	" (LEAST($4 OPERATOR(pg_catalog.*) pg_catalog.power(2::pg_catalog.float8," \
+	" LEAST(o.delivery_attempts OPERATOR(pg_catalog.-) 1, 40)), $5)" \
+	" OPERATOR(pg_catalog.*) (0.5::pg_catalog.float8 OPERATOR(pg_catalog.+)" \
+	" 0.5::pg_catalog.float8 OPERATOR(pg_catalog.*) pg_catalog.random())) END"
+#define OUTBOX_DEAD_COLUMNS \
+	"id, recipient, kind, tenant_id, payload, delivery_state," \
+	" delivery_attempts, created_at, delivered_at, acked_at, not_before," \
+	" expires_at, dedup_key, last_error, dead_at, dead_reason"
+/* the dead letters' INSERT from the deleted rows d */
+#define OUTBOX_TO_DEAD(last_error, reason) \
+	" x AS (INSERT INTO %3$s (" OUTBOX_DEAD_COLUMNS ")" \
+	" SELECT id, recipient, kind, tenant_id, payload, delivery_state," \
+	" delivery_attempts, created_at, delivered_at, acked_at, not_before," \
+	" expires_at, dedup_key, " last_error ", $1, " reason \
+	" FROM d ORDER BY id RETURNING 1)"
+#define OUTBOX_REQUEUE_SQL(lock, not_before, error) \
+	"WITH l AS (" lock ")," \
+	" d AS (DELETE FROM %1$s o USING l" \
+	" WHERE o.id OPERATOR(pg_catalog.=) l.id" \
+	" AND pg_catalog.texteq(o.delivery_state, 'delivered') AND " OUTBOX_DEAD("o.") \
+	" RETURNING o.id, o.recipient, o.kind, o.tenant_id, o.payload," \
+	" o.delivery_state, o.delivery_attempts, o.created_at, o.delivered_at," \
+	" o.acked_at, o.not_before, o.expires_at, o.dedup_key, o.last_error," \
+	" CASE WHEN " OUTBOX_EXPIRED("o.") " THEN 'expired' ELSE 'max_attempts' END" \
+	" AS dead_reason)," \
+	OUTBOX_TO_DEAD("coalesce(" error ", last_error)", "dead_reason") "," \
+	" u AS (UPDATE %1$s o SET delivery_state = 'pending'," \
+	" not_before = " not_before "," \
+	" last_error = coalesce(" error ", o.last_error)" \
+	" FROM l WHERE o.id OPERATOR(pg_catalog.=) l.id" \
+	" AND pg_catalog.texteq(o.delivery_state, 'delivered')" \
+	" AND NOT " OUTBOX_DEAD("o.") " RETURNING 1)" \
+	" SELECT (SELECT pg_catalog.count(*) FROM u), (SELECT pg_catalog.count(*) FROM x)"
+#define OUTBOX_POLICY_ARGS \
+	TIMESTAMPTZOID, INT4OID, TABLE_TIME, INTERVALOID, INTERVALOID
+
+/* the reconnect resync: a recipient's delivered rows, in id order */
+#define OUTBOX_RESYNC_LOCK(tenant) \
+	"SELECT id FROM %1$s" \
+	" WHERE recipient OPERATOR(pg_catalog.=) $6" \
+	" AND delivery_state OPERATOR(pg_catalog.=) 'delivered'" \
+	" AND " tenant \
+	" ORDER BY id FOR UPDATE"
+
+/* the replay: a recipient's open rows after an id */
+#define OUTBOX_REPLAY_SQL(filter) \
+	"SELECT %2$s FROM %1$s o" \
+	" WHERE recipient OPERATOR(pg_catalog.=) $1" \
+	" AND delivery_state OPERATOR(pg_catalog.=) " OUTBOX_OPEN_STATES \
+	" AND id OPERATOR(pg_catalog.>) $2" filter \
+	" ORDER BY id LIMIT $3"
+
+/*
+ * outbox_wait's probe: is there a row a claim would hand out (of a
+ * recipient)?  $1 recipient, $2 now, $3 the ttl cutoff.
+ */
+#define OUTBOX_EXISTS_SQL(filter) \
+	"SELECT EXISTS (SELECT FROM %1$s" \
+	" WHERE delivery_state OPERATOR(pg_catalog.=) 'pending' AND not_before IS NULL" \
+	filter OUTBOX_UNEXPIRED("$2", "$3") ")" \
+	" OR EXISTS (SELECT FROM %1$s" \
+	" WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'" \
+	" AND not_before IS NOT NULL AND not_before OPERATOR(pg_catalog.<=) $2" \
+	filter OUTBOX_UNEXPIRED("$2", "$3") ")"
+
+/* when the next scheduled row (of a recipient) falls due: $1 now, $2 recipient */
+#define OUTBOX_NEXT_DUE_SQL(filter) \
+	"SELECT pg_catalog.min(not_before) FROM %1$s" \
+	" WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'" \
+	" AND not_before IS NOT NULL AND not_before OPERATOR(pg_catalog.>) $1" filter
+
+#define OUTBOX_INSERT_COLUMNS \
+	"recipient, kind, payload, tenant_id, not_before, expires_at, dedup_key"
+#define OUTBOX_ENQUEUE_ARGS \
+	{TEXTOID, TEXTOID, BYTEAOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID}
+#define OUTBOX_DEDUP_CONFLICT \
+	" ON CONFLICT (recipient, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING"
+#define OUTBOX_ENQUEUE_BATCH_SQL(conflict) \
+	"INSERT INTO %1$s (" OUTBOX_INSERT_COLUMNS ")" \
+	" SELECT r, k, p, t, nb, ea, dk" \
+	" FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)," \
+	" pg_catalog.unnest($3), pg_catalog.unnest($4), pg_catalog.unnest($5)," \
+	" pg_catalog.unnest($6), pg_catalog.unnest($7))" \
+	" WITH ORDINALITY AS u(r, k, p, t, nb, ea, dk, n)" \
+	" ORDER BY n" conflict " RETURNING id"
+#define OUTBOX_ENQUEUE_BATCH_ARGS \
+	{TEXTARRAYOID, TEXTARRAYOID, BYTEAARRAYOID, TEXTARRAYOID, \
+	 TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID, TEXTARRAYOID}
+
+/* 1.1's statements, for tables without the policy's columns */
+static const char outbox_same_sql[] = "";
+
+#define OUTBOX_SAME_SQL		outbox_same_sql	/* legacy: the same statement */
+#define OUTBOX_LEGACY_CLAIM_SQL(filter) \
 	"WITH c AS (" \
 	"SELECT id FROM %1$s" \
 	" WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'" filter \
@@ -81,105 +262,118 @@ typedef struct OutboxPlanDef
 	" AND pg_catalog.texteq(o.delivery_state, 'pending')" \
 	" RETURNING (%2$s) AS o)" \
 	" SELECT u.o FROM u ORDER BY (u.o).id"
-#define OUTBOX_BY_RECIPIENT	" AND recipient OPERATOR(pg_catalog.=) $2"
-#define OUTBOX_BY_TENANT	" AND tenant_id OPERATOR(pg_catalog.=) $3"
-
-/* the acks' lock: open rows by id, in id order */
-#define OUTBOX_ACK_LOCK_SQL(filter) \
-	"SELECT id, delivery_state OPERATOR(pg_catalog.=) 'pending'" \
-	" FROM %1$s" \
-	" WHERE id OPERATOR(pg_catalog.=) ANY ($1)" \
-	" AND NOT pg_catalog.texteq(delivery_state, 'acked')" filter \
-	" ORDER BY id FOR UPDATE"
-
-/* the reconnect resync: a recipient's delivered rows back to pending */
-#define OUTBOX_RESYNC_SQL(tenant) \
-	"WITH l AS (" \
-	"SELECT id FROM %1$s" \
-	" WHERE recipient OPERATOR(pg_catalog.=) $1" \
-	" AND delivery_state OPERATOR(pg_catalog.=) 'delivered'" \
-	" AND " tenant \
-	" ORDER BY id FOR UPDATE)" \
-	" UPDATE %1$s o SET delivery_state = 'pending' FROM l" \
+#define OUTBOX_LEGACY_REQUEUE_SQL(lock) \
+	"WITH l AS (" lock ")," \
+	" u AS (UPDATE %1$s o SET delivery_state = 'pending' FROM l" \
 	" WHERE o.id OPERATOR(pg_catalog.=) l.id" \
-	" AND pg_catalog.texteq(o.delivery_state, 'delivered')"
+	" AND pg_catalog.texteq(o.delivery_state, 'delivered') RETURNING 1)" \
+	" SELECT (SELECT pg_catalog.count(*) FROM u), 0::pg_catalog.int8"
+#define OUTBOX_LEGACY_EXISTS_SQL(filter) \
+	"SELECT EXISTS (SELECT FROM %1$s" \
+	" WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'" filter ")"
 
-/* the replay: a recipient's open rows after an id */
-#define OUTBOX_REPLAY_SQL(filter) \
-	"SELECT %2$s FROM %1$s o" \
-	" WHERE recipient OPERATOR(pg_catalog.=) $1" \
-	" AND delivery_state OPERATOR(pg_catalog.=) " OUTBOX_OPEN_STATES \
-	" AND id OPERATOR(pg_catalog.>) $2" filter \
-	" ORDER BY id LIMIT $3"
-
-/* outbox_wait's probe: is there a pending row (of a recipient)? */
-#define OUTBOX_EXISTS_SQL(filter) \
-	"SELECT 1 FROM %1$s" \
-	" WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'" filter \
-	" LIMIT 1"
-
-#define OUTBOX_CLAIM_ARGS	{INT8OID, TEXTOID, TEXTOID}
-#define OUTBOX_REPLAY_ARGS	{TEXTOID, INT8OID, INT8OID, TEXTOID}
+/* outbox_stats(): counts, ages, and the dead letters */
+#define OUTBOX_STATS_SQL(dead) \
+	"SELECT" \
+	" pg_catalog.count(*) FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'pending')," \
+	" pg_catalog.count(*) FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'delivered')," \
+	" pg_catalog.count(*) FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'acked')," \
+	" $1 OPERATOR(pg_catalog.-) pg_catalog.min(created_at)" \
+	" FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'pending')," \
+	" $1 OPERATOR(pg_catalog.-) pg_catalog.min(delivered_at)" \
+	" FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'delivered')," \
+	" pg_catalog.count(DISTINCT recipient)" \
+	" FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) " OUTBOX_OPEN_STATES ")," \
+	" " dead " FROM %1$s"
 
 static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 	[OUTBOX_PLAN_ENQUEUE] = {
+		"INSERT INTO %1$s (" OUTBOX_INSERT_COLUMNS ")"
+		" VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
+		OUTBOX_ENQUEUE_ARGS,
 		"INSERT INTO %1$s (recipient, kind, payload, tenant_id)"
-		" VALUES ($1, $2, $3, $4) RETURNING id",
-		{TEXTOID, TEXTOID, BYTEAOID, TEXTOID}
+		" VALUES ($1, $2, $3, $4) RETURNING id"
 	},
-	[OUTBOX_PLAN_CLAIM] = {OUTBOX_CLAIM_SQL(""), OUTBOX_CLAIM_ARGS},
-	[OUTBOX_PLAN_CLAIM_R] = {OUTBOX_CLAIM_SQL(OUTBOX_BY_RECIPIENT), OUTBOX_CLAIM_ARGS},
-	[OUTBOX_PLAN_CLAIM_T] = {OUTBOX_CLAIM_SQL(OUTBOX_BY_TENANT), OUTBOX_CLAIM_ARGS},
+	[OUTBOX_PLAN_ENQUEUE_DEDUP] = {
+		"INSERT INTO %1$s (" OUTBOX_INSERT_COLUMNS ")"
+		" VALUES ($1, $2, $3, $4, $5, $6, $7)" OUTBOX_DEDUP_CONFLICT
+		" RETURNING id",
+		OUTBOX_ENQUEUE_ARGS
+	},
+	[OUTBOX_PLAN_DEDUP_LOOKUP] = {
+		"SELECT id FROM %1$s WHERE recipient OPERATOR(pg_catalog.=) $1"
+		" AND dedup_key OPERATOR(pg_catalog.=) $2",
+		{TEXTOID, TEXTOID}
+	},
+	[OUTBOX_PLAN_CLAIM] = {OUTBOX_CLAIM_SQL(""), OUTBOX_CLAIM_ARGS, OUTBOX_LEGACY_CLAIM_SQL("")},
+	[OUTBOX_PLAN_CLAIM_R] = {OUTBOX_CLAIM_SQL(OUTBOX_BY_RECIPIENT), OUTBOX_CLAIM_ARGS, OUTBOX_LEGACY_CLAIM_SQL(OUTBOX_BY_RECIPIENT)},
+	[OUTBOX_PLAN_CLAIM_T] = {OUTBOX_CLAIM_SQL(OUTBOX_BY_TENANT), OUTBOX_CLAIM_ARGS, OUTBOX_LEGACY_CLAIM_SQL(OUTBOX_BY_TENANT)},
 	[OUTBOX_PLAN_CLAIM_RT] = {
 		OUTBOX_CLAIM_SQL(OUTBOX_BY_RECIPIENT OUTBOX_BY_TENANT),
-		OUTBOX_CLAIM_ARGS
+		OUTBOX_CLAIM_ARGS,
+		OUTBOX_LEGACY_CLAIM_SQL(OUTBOX_BY_RECIPIENT OUTBOX_BY_TENANT)
 	},
-	[OUTBOX_PLAN_ACK_LOCK] = {OUTBOX_ACK_LOCK_SQL(""), {INT8ARRAYOID, TEXTOID}},
+	[OUTBOX_PLAN_ACK_LOCK] = {OUTBOX_ACK_LOCK_SQL(""), {INT8ARRAYOID, TEXTOID}, OUTBOX_SAME_SQL},
 	[OUTBOX_PLAN_ACK_LOCK_R] = {
 		OUTBOX_ACK_LOCK_SQL(OUTBOX_BY_RECIPIENT),
-		{INT8ARRAYOID, TEXTOID}
+		{INT8ARRAYOID, TEXTOID},
+		OUTBOX_SAME_SQL
 	},
 	[OUTBOX_PLAN_ACK_DELIVER] = {
 		"UPDATE %1$s SET delivery_state = 'delivered'"
 		" WHERE id OPERATOR(pg_catalog.=) ANY ($1)"
 		" AND pg_catalog.texteq(delivery_state, 'pending')",
-		{INT8ARRAYOID}
+		{INT8ARRAYOID},
+		OUTBOX_SAME_SQL
 	},
 	[OUTBOX_PLAN_ACK_FINISH] = {
 		"UPDATE %1$s SET delivery_state = 'acked'"
 		" WHERE id OPERATOR(pg_catalog.=) ANY ($1)"
 		" AND pg_catalog.texteq(delivery_state, 'delivered')",
-		{INT8ARRAYOID}
+		{INT8ARRAYOID},
+		OUTBOX_SAME_SQL
 	},
+	/* $6 ids, $7 retry_after, $8 error */
 	[OUTBOX_PLAN_RELEASE] = {
-		"WITH l AS ("
-		"SELECT id FROM %1$s"
-		" WHERE id OPERATOR(pg_catalog.=) ANY ($1)"
-		" AND pg_catalog.texteq(delivery_state, 'delivered')"
-		" ORDER BY id FOR UPDATE)"
-		" UPDATE %1$s o SET delivery_state = 'pending' FROM l"
-		" WHERE o.id OPERATOR(pg_catalog.=) l.id"
-		" AND pg_catalog.texteq(o.delivery_state, 'delivered')",
-		{INT8ARRAYOID}
+		OUTBOX_REQUEUE_SQL("SELECT id FROM %1$s"
+						   " WHERE id OPERATOR(pg_catalog.=) ANY ($6)"
+						   " AND pg_catalog.texteq(delivery_state, 'delivered')"
+						   " ORDER BY id FOR UPDATE",
+						   "CASE WHEN $7 IS NOT NULL"
+						   " THEN $1 OPERATOR(pg_catalog.+) $7"
+						   " ELSE " OUTBOX_BACKOFF " END",
+						   "$8"),
+		{OUTBOX_POLICY_ARGS, INT8ARRAYOID, INTERVALOID, TEXTOID},
+		OUTBOX_LEGACY_REQUEUE_SQL("SELECT id FROM %1$s"
+								  " WHERE id OPERATOR(pg_catalog.=) ANY ($6)"
+								  " AND pg_catalog.texteq(delivery_state, 'delivered')"
+								  " ORDER BY id FOR UPDATE")
 	},
+	/* $6 cutoff, $7 max rows */
 	[OUTBOX_PLAN_RECLAIM] = {
-		"WITH c AS ("
-		"SELECT id FROM %1$s"
-		" WHERE delivery_state OPERATOR(pg_catalog.=) 'delivered'"
-		" AND delivered_at OPERATOR(pg_catalog.<) $1"
-		" ORDER BY delivered_at LIMIT $2 FOR UPDATE SKIP LOCKED)"
-		" UPDATE %1$s o SET delivery_state = 'pending' FROM c"
-		" WHERE o.id OPERATOR(pg_catalog.=) c.id"
-		" AND pg_catalog.texteq(o.delivery_state, 'delivered')",
-		{TIMESTAMPTZOID, INT8OID}
+		OUTBOX_REQUEUE_SQL("SELECT id FROM %1$s"
+						   " WHERE delivery_state OPERATOR(pg_catalog.=) 'delivered'"
+						   " AND delivered_at OPERATOR(pg_catalog.<) $6"
+						   " ORDER BY delivered_at LIMIT $7 FOR UPDATE SKIP LOCKED",
+						   OUTBOX_BACKOFF, "NULL::pg_catalog.text"),
+		{OUTBOX_POLICY_ARGS, TABLE_TIME, INT8OID},
+		OUTBOX_LEGACY_REQUEUE_SQL("SELECT id FROM %1$s"
+								  " WHERE delivery_state OPERATOR(pg_catalog.=) 'delivered'"
+								  " AND delivered_at OPERATOR(pg_catalog.<) $6"
+								  " ORDER BY delivered_at LIMIT $7 FOR UPDATE SKIP LOCKED")
 	},
+	/* $6 recipient, $7 tenant: immediate, no backoff */
 	[OUTBOX_PLAN_RESYNC] = {
-		OUTBOX_RESYNC_SQL("tenant_id OPERATOR(pg_catalog.=) $2"),
-		{TEXTOID, TEXTOID}
+		OUTBOX_REQUEUE_SQL(OUTBOX_RESYNC_LOCK("tenant_id OPERATOR(pg_catalog.=) $7"),
+						   "NULL", "NULL::pg_catalog.text"),
+		{OUTBOX_POLICY_ARGS, TEXTOID, TEXTOID},
+		OUTBOX_LEGACY_REQUEUE_SQL(OUTBOX_RESYNC_LOCK("tenant_id OPERATOR(pg_catalog.=) $7"))
 	},
 	[OUTBOX_PLAN_RESYNC_NULL_TENANT] = {
-		OUTBOX_RESYNC_SQL("tenant_id IS NULL"),
-		{TEXTOID, TEXTOID}
+		OUTBOX_REQUEUE_SQL(OUTBOX_RESYNC_LOCK("tenant_id IS NULL"),
+						   "NULL", "NULL::pg_catalog.text"),
+		{OUTBOX_POLICY_ARGS, TEXTOID, TEXTOID},
+		OUTBOX_LEGACY_REQUEUE_SQL(OUTBOX_RESYNC_LOCK("tenant_id IS NULL"))
 	},
 	[OUTBOX_PLAN_REASSIGN] = {
 		"WITH l AS ("
@@ -187,15 +381,106 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		" WHERE recipient OPERATOR(pg_catalog.=) $1"
 		" AND delivery_state OPERATOR(pg_catalog.=) " OUTBOX_OPEN_STATES
 		" ORDER BY id FOR UPDATE)"
-		" UPDATE %1$s o SET recipient = $2, delivery_state = 'pending'"
+		" UPDATE %1$s o SET recipient = $2, delivery_state = 'pending',"
+		" not_before = NULL"
 		" FROM l WHERE o.id OPERATOR(pg_catalog.=) l.id"
 		" AND NOT pg_catalog.texteq(o.delivery_state, 'acked')",
-		{TEXTOID, TEXTOID}
+		{TEXTOID, TEXTOID},
+		"WITH l AS ("
+		"SELECT id FROM %1$s"
+		" WHERE recipient OPERATOR(pg_catalog.=) $1"
+		" AND delivery_state OPERATOR(pg_catalog.=) " OUTBOX_OPEN_STATES
+		" ORDER BY id FOR UPDATE)"
+		" UPDATE %1$s o SET recipient = $2, delivery_state = 'pending'"
+		" FROM l WHERE o.id OPERATOR(pg_catalog.=) l.id"
+		" AND NOT pg_catalog.texteq(o.delivery_state, 'acked')"
 	},
-	[OUTBOX_PLAN_REPLAY] = {OUTBOX_REPLAY_SQL(""), OUTBOX_REPLAY_ARGS},
+	/* $1 now, $2 ids, $3 error */
+	[OUTBOX_PLAN_REJECT] = {
+		"WITH l AS ("
+		"SELECT id FROM %1$s"
+		" WHERE id OPERATOR(pg_catalog.=) ANY ($2)"
+		" AND pg_catalog.texteq(delivery_state, 'delivered')"
+		" ORDER BY id FOR UPDATE),"
+		" d AS (DELETE FROM %1$s o USING l"
+		" WHERE o.id OPERATOR(pg_catalog.=) l.id"
+		" AND pg_catalog.texteq(o.delivery_state, 'delivered')"
+		" RETURNING o.*),"
+		OUTBOX_TO_DEAD("coalesce($3, last_error)", "'rejected'")
+		" SELECT pg_catalog.count(*) FROM x",
+		{TIMESTAMPTZOID, INT8ARRAYOID, TEXTOID}
+	},
+	/* $1 now (the new created_at), $2 ids */
+	[OUTBOX_PLAN_REDRIVE] = {
+		"WITH l AS ("
+		"SELECT id FROM %3$s WHERE id OPERATOR(pg_catalog.=) ANY ($2)"
+		" ORDER BY id FOR UPDATE),"
+		" i AS (INSERT INTO %1$s (id, recipient, kind, tenant_id, payload,"
+		" delivery_state, delivery_attempts, created_at, dedup_key, last_error)"
+		" OVERRIDING SYSTEM VALUE"
+		" SELECT d.id, d.recipient, d.kind, d.tenant_id, d.payload, 'pending', 0,"
+		" $1, d.dedup_key, d.last_error"
+		" FROM %3$s d JOIN l ON d.id OPERATOR(pg_catalog.=) l.id ORDER BY d.id"
+		" ON CONFLICT DO NOTHING RETURNING id),"
+		" x AS (DELETE FROM %3$s d USING i WHERE d.id OPERATOR(pg_catalog.=) i.id"
+		" RETURNING 1)"
+		" SELECT pg_catalog.count(*) FROM x",
+		{TABLE_TIME, INT8ARRAYOID}
+	},
+	/*
+	 * The worker's expiry sweep: pending rows past expires_at (from their
+	 * index), or past the ttl among the oldest ready rows and the due
+	 * scheduled ones; $1 now, $2 the ttl cutoff, $3 max rows of each.
+	 */
+	[OUTBOX_PLAN_EXPIRE] = {
+		"WITH c AS ("
+		"SELECT o.id FROM %1$s o"
+		" WHERE o.id OPERATOR(pg_catalog.=) ANY (ARRAY("
+		"SELECT id FROM (SELECT id FROM %1$s"
+		" WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'"
+		" AND expires_at IS NOT NULL AND expires_at OPERATOR(pg_catalog.<=) $1"
+		" ORDER BY expires_at LIMIT $3) a"
+		" UNION ALL SELECT id FROM (SELECT id FROM %1$s"
+		" WHERE delivery_state OPERATOR(pg_catalog.=) 'pending' AND not_before IS NULL"
+		" AND $2 IS NOT NULL ORDER BY id LIMIT $3) b"
+		" UNION ALL SELECT id FROM (SELECT id FROM %1$s"
+		" WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'"
+		" AND not_before IS NOT NULL AND not_before OPERATOR(pg_catalog.<=) $1"
+		" ORDER BY not_before, id LIMIT $3) s))"
+		" AND o.delivery_state OPERATOR(pg_catalog.=) 'pending'"
+		" AND (o.expires_at OPERATOR(pg_catalog.<=) $1"
+		" OR $2 IS NOT NULL AND o.created_at OPERATOR(pg_catalog.<=) $2)"
+		" ORDER BY o.id FOR UPDATE SKIP LOCKED),"
+		" d AS (DELETE FROM %1$s o USING c"
+		" WHERE o.id OPERATOR(pg_catalog.=) c.id"
+		" AND pg_catalog.texteq(o.delivery_state, 'pending')"
+		" RETURNING o.*),"
+		OUTBOX_TO_DEAD("last_error", "'expired'")
+		" SELECT pg_catalog.count(*) FROM x",
+		{TIMESTAMPTZOID, TABLE_TIME, INT8OID}
+	},
+	/*
+	 * The worker's wake-ups of scheduled rows: those that fell due after
+	 * the (not_before, id) it got to; $1, $2 that position, $3 now, $4 max.
+	 */
+	[OUTBOX_PLAN_DUE] = {
+		"SELECT id, not_before FROM %1$s"
+		" WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'"
+		" AND not_before IS NOT NULL AND (not_before, id) > ($1, $2)"
+		" AND not_before OPERATOR(pg_catalog.<=) $3"
+		" ORDER BY not_before, id LIMIT $4",
+		{TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID, INT8OID}
+	},
+	[OUTBOX_PLAN_NEXT_DUE] = {OUTBOX_NEXT_DUE_SQL(""), {TIMESTAMPTZOID, TEXTOID}},
+	[OUTBOX_PLAN_NEXT_DUE_R] = {
+		OUTBOX_NEXT_DUE_SQL(" AND recipient OPERATOR(pg_catalog.=) $2"),
+		{TIMESTAMPTZOID, TEXTOID}
+	},
+	[OUTBOX_PLAN_REPLAY] = {OUTBOX_REPLAY_SQL(""), {TEXTOID, INT8OID, INT8OID, TEXTOID}, OUTBOX_SAME_SQL},
 	[OUTBOX_PLAN_REPLAY_T] = {
 		OUTBOX_REPLAY_SQL(" AND tenant_id OPERATOR(pg_catalog.=) $4"),
-		OUTBOX_REPLAY_ARGS
+		{TEXTOID, INT8OID, INT8OID, TEXTOID},
+		OUTBOX_SAME_SQL
 	},
 	[OUTBOX_PLAN_PURGE] = {
 		"WITH d AS ("
@@ -205,35 +490,40 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		" ORDER BY acked_at LIMIT $2 FOR UPDATE SKIP LOCKED)"
 		" DELETE FROM %1$s o USING d"
 		" WHERE o.id OPERATOR(pg_catalog.=) d.id",
-		{TIMESTAMPTZOID, INT8OID}
+		{TABLE_TIME, INT8OID},
+		OUTBOX_SAME_SQL
 	},
 	[OUTBOX_PLAN_STATS] = {
-		"SELECT"
-		" pg_catalog.count(*) FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'),"
-		" pg_catalog.count(*) FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'delivered'),"
-		" pg_catalog.count(*) FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'acked'),"
-		" $1 OPERATOR(pg_catalog.-) pg_catalog.min(created_at)"
-		" FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'),"
-		" $1 OPERATOR(pg_catalog.-) pg_catalog.min(delivered_at)"
-		" FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'delivered'),"
-		" pg_catalog.count(DISTINCT recipient)"
-		" FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) " OUTBOX_OPEN_STATES ")"
-		" FROM %1$s",
-		{TIMESTAMPTZOID}
+		OUTBOX_STATS_SQL("(SELECT pg_catalog.count(*) FROM %3$s)"),
+		{TABLE_TIME},
+		OUTBOX_STATS_SQL("NULL::pg_catalog.int8")
 	},
 	[OUTBOX_PLAN_ENQUEUE_BATCH] = {
+		OUTBOX_ENQUEUE_BATCH_SQL(""), OUTBOX_ENQUEUE_BATCH_ARGS,
 		"INSERT INTO %1$s (recipient, kind, payload, tenant_id)"
 		" SELECT r, k, p, t"
 		" FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2),"
 		" pg_catalog.unnest($3), pg_catalog.unnest($4))"
 		" WITH ORDINALITY AS u(r, k, p, t, n)"
-		" ORDER BY n RETURNING id",
-		{TEXTARRAYOID, TEXTARRAYOID, BYTEAARRAYOID, TEXTARRAYOID}
+		" ORDER BY n RETURNING id"
 	},
-	[OUTBOX_PLAN_EXISTS] = {OUTBOX_EXISTS_SQL(""), {TEXTOID}},
+	[OUTBOX_PLAN_ENQUEUE_BATCH_DEDUP] = {
+		OUTBOX_ENQUEUE_BATCH_SQL(OUTBOX_DEDUP_CONFLICT), OUTBOX_ENQUEUE_BATCH_ARGS
+	},
+	/* the rows holding the batch's keys, by position: $1 recipients, $2 keys */
+	[OUTBOX_PLAN_DEDUP_LOOKUP_BATCH] = {
+		"SELECT u.n, o.id"
+		" FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2))"
+		" WITH ORDINALITY AS u(r, k, n)"
+		" JOIN %1$s o ON o.recipient OPERATOR(pg_catalog.=) u.r"
+		" AND o.dedup_key OPERATOR(pg_catalog.=) u.k",
+		{TEXTARRAYOID, TEXTARRAYOID}
+	},
+	[OUTBOX_PLAN_EXISTS] = {OUTBOX_EXISTS_SQL(""), {TEXTOID, TIMESTAMPTZOID, TABLE_TIME}, OUTBOX_LEGACY_EXISTS_SQL("")},
 	[OUTBOX_PLAN_EXISTS_R] = {
 		OUTBOX_EXISTS_SQL(" AND recipient OPERATOR(pg_catalog.=) $1"),
-		{TEXTOID}
+		{TEXTOID, TIMESTAMPTZOID, TABLE_TIME},
+		OUTBOX_LEGACY_EXISTS_SQL(" AND recipient OPERATOR(pg_catalog.=) $1")
 	},
 	[OUTBOX_PLAN_BACKLOG] = {
 		"SELECT"
@@ -241,9 +531,40 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		" pg_catalog.count(*) FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'delivered')"
 		" FROM %1$s"
 		" WHERE delivery_state OPERATOR(pg_catalog.=) " OUTBOX_OPEN_STATES,
-		{InvalidOid}
+		{InvalidOid},
+		OUTBOX_SAME_SQL
 	},
 };
+
+/*
+ * outbox_plan_text
+ *
+ * A statement's text for one table: %1$s replaced by its name, %2$s by its
+ * row expression, %3$s by its dead-letter table's name.  (Not printf: a
+ * statement need not use every one of them.)
+ */
+static char *
+outbox_plan_text(const char *template, const char *name, const char *row_expr,
+				 const char *dead)
+{
+	StringInfoData buf;
+	const char *p;
+
+	initStringInfo(&buf);
+	for (p = template; *p != '\0'; p++)
+	{
+		if (p[0] == '%' && p[1] >= '1' && p[1] <= '3' &&
+			p[2] == '$' && p[3] == 's')
+		{
+			appendStringInfoString(&buf, p[1] == '1' ? name :
+								   p[1] == '2' ? row_expr : dead);
+			p += 3;
+		}
+		else
+			appendStringInfoChar(&buf, *p);
+	}
+	return buf.data;
+}
 
 /*
  * outbox_plan
@@ -261,6 +582,7 @@ outbox_plan(OutboxTable *table, OutboxPlanId id)
 	SPIPlanPtr *plans = outbox_table_plans(table);
 	Oid			argtypes[OUTBOX_PLAN_MAX_ARGS];
 	int			nargs;
+	const char *sql_text;
 	char	   *sql;
 	int			save_nestlevel;
 	SPIPlanPtr	plan;
@@ -270,13 +592,33 @@ outbox_plan(OutboxTable *table, OutboxPlanId id)
 
 	if (def->sql == NULL)
 		elog(ERROR, "unrecognized outbox statement %d", (int) id);
+	if (!outbox_table_has_policy(table))
+	{
+		if (def->legacy == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("outbox %s has no delivery policy columns",
+							outbox_table_name(table)),
+					 errhint("Update the extension: ALTER EXTENSION %s UPDATE.",
+							 OUTBOX_EXTENSION_NAME)));
+		sql_text = def->legacy == OUTBOX_SAME_SQL ? def->sql : def->legacy;
+	}
+	else
+		sql_text = def->sql;
 	for (nargs = 0;
 		 nargs < OUTBOX_PLAN_MAX_ARGS && OidIsValid(def->argtypes[nargs]);
 		 nargs++)
-		argtypes[nargs] = def->argtypes[nargs] == TIMESTAMPTZOID &&
-			outbox_table_utc(table) ? TIMESTAMPOID : def->argtypes[nargs];
-	sql = psprintf(def->sql, outbox_table_name(table),
-				   outbox_table_row_expr(table));
+		argtypes[nargs] = def->argtypes[nargs] != TABLE_TIME ? def->argtypes[nargs] :
+			outbox_table_utc(table) ? TIMESTAMPOID : TIMESTAMPTZOID;
+	if (strstr(sql_text, "%3$s") != NULL && outbox_table_dead_name(table) == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("outbox %s has no dead-letter table",
+						outbox_table_name(table)),
+				 errhint("Its dead-letter table was dropped: recreate it as outbox_make_dead() does, or detach and attach the outbox again.")));
+	sql = outbox_plan_text(sql_text, outbox_table_name(table),
+						   outbox_table_row_expr(table),
+						   outbox_table_dead_name(table));
 
 	save_nestlevel = NewGUCNestLevel();
 	(void) set_config_option("search_path", "pg_catalog, pg_temp",
@@ -371,17 +713,188 @@ outbox_cutoff_rows(OutboxTable *table, OutboxPlanId id, int expected,
 }
 
 /*
+ * outbox_ttl_cutoff
+ *
+ * The created_at before which a row of table has outlived its outbox's ttl,
+ * as of now; *null set to 'n' when the outbox has no ttl.
+ */
+Datum
+outbox_ttl_cutoff(OutboxTable *table, TimestampTz now, char *null)
+{
+	const OutboxPolicy *policy = outbox_table_policy(table);
+
+	*null = policy->has_ttl ? ' ' : 'n';
+	if (!policy->has_ttl)
+		return (Datum) 0;
+	return DirectFunctionCall2(timestamptz_mi_interval,
+							   TimestampTzGetDatum(now),
+							   IntervalPGetDatum(&policy->ttl));
+}
+
+/*
+ * outbox_requeue
+ *
+ * Run one of the statements that take delivered rows back (release,
+ * reclaim, resync: OUTBOX_REQUEUE_SQL): its first five parameters are the
+ * outbox's policy, filled in here, followed by the statement's own nown
+ * values.  The rows going back to pending are counted under counter, those
+ * dead-lettered instead as dead letters.  Returns the number of rows taken
+ * back, either way.
+ */
+uint64
+outbox_requeue(OutboxTable *table, OutboxPlanId id, const Datum *own,
+			   const char *own_nulls, int nown, OutboxCounter counter)
+{
+	const OutboxPolicy *policy = outbox_table_policy(table);
+	Datum		values[OUTBOX_PLAN_MAX_ARGS];
+	char		nulls[OUTBOX_PLAN_MAX_ARGS];
+	TimestampTz now = GetCurrentTimestamp();
+	int			i;
+
+	Assert(nown <= OUTBOX_PLAN_MAX_ARGS - 5);
+	values[0] = TimestampTzGetDatum(now);
+	nulls[0] = ' ';
+	values[1] = Int32GetDatum(policy->max_attempts);
+	nulls[1] = policy->max_attempts > 0 ? ' ' : 'n';
+	values[2] = outbox_ttl_cutoff(table, now, &nulls[2]);
+	values[3] = IntervalPGetDatum(&policy->backoff_base);
+	nulls[3] = ' ';
+	values[4] = IntervalPGetDatum(&policy->backoff_max);
+	nulls[4] = ' ';
+	for (i = 0; i < nown; i++)
+	{
+		values[5 + i] = own[i];
+		nulls[5 + i] = own_nulls != NULL ? own_nulls[i] : ' ';
+	}
+	return outbox_move_rows(table, id, values, nulls, counter);
+}
+
+/*
+ * outbox_move_rows
+ *
+ * Run a statement that moves rows to the dead letters (and, for the
+ * requeue statements, others back to pending, counted under counter); it
+ * returns the number requeued (if two columns) and the number
+ * dead-lettered.  The DELETEs that move rows out are not counted as purges
+ * but as dead letters.  Returns the total.
+ */
+uint64
+outbox_move_rows(OutboxTable *table, OutboxPlanId id, Datum *values,
+				 const char *nulls, OutboxCounter counter)
+{
+	OutboxCounter save_requeue = outbox_requeue_counter;
+	OutboxCounter save_delete = outbox_delete_counter;
+	volatile int64 requeued = 0;
+	volatile int64 dead = 0;
+
+	outbox_requeue_counter = counter;
+	outbox_delete_counter = OUTBOX_NUM_COUNTERS;
+	PG_TRY();
+	{
+		TupleDesc	desc;
+		HeapTuple	tup;
+		bool		isnull;
+
+		outbox_spi_connect();
+		outbox_execute(table, id, values, nulls, SPI_OK_SELECT);
+		desc = SPI_tuptable->tupdesc;
+		tup = SPI_tuptable->vals[0];
+		if (desc->natts == 2)
+		{
+			requeued = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+			dead = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
+		}
+		else
+			dead = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+		SPI_finish();
+	}
+	PG_FINALLY();
+	{
+		outbox_requeue_counter = save_requeue;
+		outbox_delete_counter = save_delete;
+	}
+	PG_END_TRY();
+
+	if (dead > 0)
+		outbox_count(outbox_table_relid(table), OUTBOX_COUNT_DEAD_LETTERED, dead);
+	return (uint64) (requeued + dead);
+}
+
+/*
  * outbox_reclaim_rows
  *
  * The C path of outbox_reclaim(), shared with the sweeper: rows delivered
- * before cutoff back to pending, at most max_rows (all when <= 0), skipping
- * locked rows.  Returns the number reclaimed.
+ * before cutoff back to pending (after the backoff, or to the dead letters
+ * when expired or out of attempts), at most max_rows (all when <= 0),
+ * skipping locked rows.  Returns the number taken back.
  */
 uint64
 outbox_reclaim_rows(OutboxTable *table, TimestampTz cutoff, int64 max_rows)
 {
-	return outbox_cutoff_rows(table, OUTBOX_PLAN_RECLAIM, SPI_OK_UPDATE,
-							  cutoff, max_rows);
+	Datum		own[2];
+	char		own_nulls[2] = {' ', ' '};
+
+	own[0] = TimestampTzGetDatum(cutoff);
+	own[1] = Int64GetDatum(max_rows);
+	if (max_rows <= 0)
+		own_nulls[1] = 'n';
+	return outbox_requeue(table, OUTBOX_PLAN_RECLAIM, own, own_nulls, 2,
+						  OUTBOX_COUNT_RECLAIMED);
+}
+
+/*
+ * outbox_expire_rows
+ *
+ * The sweeper's expiry: pending rows past their expires_at or their
+ * outbox's ttl to the dead letters, at most about max_rows, skipping locked
+ * rows.  Returns the number dead-lettered.
+ */
+uint64
+outbox_expire_rows(OutboxTable *table, int64 max_rows)
+{
+	Datum		values[3];
+	char		nulls[3] = {' ', ' ', ' '};
+	TimestampTz now = GetCurrentTimestamp();
+
+	values[0] = TimestampTzGetDatum(now);
+	values[1] = outbox_ttl_cutoff(table, now, &nulls[1]);
+	values[2] = Int64GetDatum(max_rows);
+	return outbox_move_rows(table, OUTBOX_PLAN_EXPIRE, values, nulls,
+							OUTBOX_COUNT_RECLAIMED);
+}
+
+/*
+ * outbox_due_rows
+ *
+ * The scheduled rows of table that fell due after the position
+ * (*after, *after_id) and by now, at most max of them, into ids; the
+ * position moves past them.  Returns how many.
+ */
+int
+outbox_due_rows(OutboxTable *table, TimestampTz *after, int64 *after_id,
+				int64 *ids, int max)
+{
+	Datum		values[4];
+	uint64		n;
+	uint64		i;
+
+	values[0] = TimestampTzGetDatum(*after);
+	values[1] = Int64GetDatum(*after_id);
+	values[2] = TimestampTzGetDatum(GetCurrentTimestamp());
+	values[3] = Int64GetDatum(max);
+	outbox_spi_connect();
+	n = outbox_execute(table, OUTBOX_PLAN_DUE, values, NULL, SPI_OK_SELECT);
+	for (i = 0; i < n; i++)
+	{
+		bool		isnull;
+		HeapTuple	tup = SPI_tuptable->vals[i];
+
+		ids[i] = DatumGetInt64(SPI_getbinval(tup, SPI_tuptable->tupdesc, 1, &isnull));
+		*after = DatumGetTimestampTz(SPI_getbinval(tup, SPI_tuptable->tupdesc, 2, &isnull));
+		*after_id = ids[i];
+	}
+	SPI_finish();
+	return (int) n;
 }
 
 /*

@@ -20,12 +20,14 @@
 #include "outbox_table.h"
 
 /* Parameters of a statement, at most. */
-#define OUTBOX_PLAN_MAX_ARGS	4
+#define OUTBOX_PLAN_MAX_ARGS	8
 
 /* Each statement; see outbox_plan_defs in outbox_plans.c. */
 typedef enum OutboxPlanId
 {
 	OUTBOX_PLAN_ENQUEUE,
+	OUTBOX_PLAN_ENQUEUE_DEDUP,
+	OUTBOX_PLAN_DEDUP_LOOKUP,
 	OUTBOX_PLAN_CLAIM,			/* four filter variants, in this order */
 	OUTBOX_PLAN_CLAIM_R,
 	OUTBOX_PLAN_CLAIM_T,
@@ -39,11 +41,19 @@ typedef enum OutboxPlanId
 	OUTBOX_PLAN_RESYNC,
 	OUTBOX_PLAN_RESYNC_NULL_TENANT,
 	OUTBOX_PLAN_REASSIGN,
+	OUTBOX_PLAN_REJECT,
+	OUTBOX_PLAN_REDRIVE,
+	OUTBOX_PLAN_EXPIRE,
+	OUTBOX_PLAN_DUE,
+	OUTBOX_PLAN_NEXT_DUE,
+	OUTBOX_PLAN_NEXT_DUE_R,
 	OUTBOX_PLAN_REPLAY,
 	OUTBOX_PLAN_REPLAY_T,
 	OUTBOX_PLAN_PURGE,
 	OUTBOX_PLAN_STATS,
 	OUTBOX_PLAN_ENQUEUE_BATCH,
+	OUTBOX_PLAN_ENQUEUE_BATCH_DEDUP,
+	OUTBOX_PLAN_DEDUP_LOOKUP_BATCH,
 	OUTBOX_PLAN_EXISTS,
 	OUTBOX_PLAN_EXISTS_R,
 	OUTBOX_PLAN_BACKLOG,
@@ -58,8 +68,19 @@ extern uint64 outbox_run(OutboxTable *table, OutboxPlanId id, Datum *values,
 						 const char *nulls, int expected);
 
 /* row operations of the API and the worker */
+extern Datum outbox_ttl_cutoff(OutboxTable *table, TimestampTz now,
+							   char *null);
+extern uint64 outbox_requeue(OutboxTable *table, OutboxPlanId id,
+							 const Datum *own, const char *own_nulls, int nown,
+							 OutboxCounter counter);
+extern uint64 outbox_move_rows(OutboxTable *table, OutboxPlanId id,
+							   Datum *values, const char *nulls,
+							   OutboxCounter counter);
 extern uint64 outbox_reclaim_rows(OutboxTable *table, TimestampTz cutoff,
 								  int64 max_rows);
+extern uint64 outbox_expire_rows(OutboxTable *table, int64 max_rows);
+extern int	outbox_due_rows(OutboxTable *table, TimestampTz *after,
+							int64 *after_id, int64 *ids, int max);
 extern uint64 outbox_purge_rows(OutboxTable *table, TimestampTz cutoff,
 								int64 max_rows);
 extern void outbox_sync_backlog(OutboxDatabase *db);

@@ -54,6 +54,7 @@
 /* The names of the extension's table and of its registry of outboxes. */
 #define OUTBOX_TABLE_NAME		"delivery_outbox"
 #define OUTBOX_REGISTRY_NAME	"delivery_outbox_registry"
+#define OUTBOX_DEAD_NAME		"delivery_outbox_dead"
 
 /* The statements of one table, prepared for one user. */
 typedef struct OutboxPlanSet
@@ -70,8 +71,12 @@ struct OutboxTable
 	char	   *name;			/* quoted "schema"."table" */
 	char	   *row_expr;		/* its row o as the default outbox's row type */
 	bool		utc;			/* timestamps are "timestamp", read as UTC */
+	bool		has_policy;		/* has the delivery policy's columns (1.2) */
 	bool		registered;		/* made or attached: in the registry */
 	char	   *channel;		/* its own channel, or NULL: the GUC's */
+	OutboxPolicy policy;		/* its delivery policy */
+	Oid			dead_relid;		/* its dead-letter table, or InvalidOid */
+	char	   *dead_name;		/* quoted "schema"."table", or NULL */
 	List	   *plan_sets;		/* OutboxPlanSet, one per user */
 	OutboxPlanSet *plan_set;	/* the one last used */
 };
@@ -82,7 +87,9 @@ static void outbox_table_forget(OutboxTable *table);
 static void outbox_table_clear(OutboxTable *table);
 static char *outbox_row_expr(Oid relid, Oid defrelid, bool *utc);
 static Relation outbox_registry_open(void);
-static bool outbox_registry_row(Oid relid, char **channel);
+static bool outbox_registry_row(Oid relid, char **channel,
+								OutboxPolicy *policy, Oid *dead);
+static void outbox_policy_defaults(OutboxPolicy *policy);
 static Oid	outbox_member_table(Oid ext_oid);
 static Oid	outbox_extension_table(void);
 
@@ -113,9 +120,17 @@ outbox_table_relcache_callback(Datum arg, Oid relid)
 	if (OidIsValid(relid))
 	{
 		OutboxTable *table = hash_search(outbox_tables, &relid, HASH_FIND, NULL);
+		HASH_SEQ_STATUS status;
 
 		if (table != NULL)
 			table->valid = false;
+		/* a dead-letter table renamed or dropped: its outbox's statements */
+		hash_seq_init(&status, outbox_tables);
+		while ((table = hash_seq_search(&status)) != NULL)
+		{
+			if (table->dead_relid == relid)
+				table->valid = false;
+		}
 	}
 	else
 		outbox_table_syscache_callback(arg, 0, 0);
@@ -249,7 +264,7 @@ outbox_channel_of(Oid relid, char **channel)
 
 	*channel = NULL;
 	(void) outbox_default_table();
-	in_registry = outbox_registry_row(relid, channel);
+	in_registry = outbox_registry_row(relid, channel, NULL, NULL);
 	return relid == outbox_default_relid ||
 		(in_registry && get_rel_relkind(relid) == RELKIND_RELATION);
 }
@@ -346,6 +361,10 @@ outbox_table_check(OutboxTable *table)
 	bool		utc = false;
 	bool		registered;
 	char	   *channel = NULL;
+	OutboxPolicy policy;
+	bool		has_policy = get_attnum(table->relid, "not_before") != InvalidAttrNumber;
+	Oid			dead = InvalidOid;
+	char	   *dead_name = NULL;
 	MemoryContext old;
 
 	if (relname == NULL ||
@@ -356,8 +375,23 @@ outbox_table_check(OutboxTable *table)
 	}
 	name = quote_qualified_identifier(nspname, relname);
 
-	registered = outbox_registry_row(table->relid, &channel) &&
+	registered = outbox_registry_row(table->relid, &channel, &policy, &dead) &&
 		table->relid != outbox_default_relid;
+	/* the default outbox keeps its dead letters in the extension's table */
+	if (!OidIsValid(dead) && table->relid == outbox_default_relid)
+		dead = get_relname_relid(OUTBOX_DEAD_NAME,
+								 get_rel_namespace(outbox_default_relid));
+	if (OidIsValid(dead))
+	{
+		char	   *dead_rel = get_rel_name(dead);
+		char	   *dead_nsp = dead_rel != NULL ?
+			get_namespace_name(get_rel_namespace(dead)) : NULL;
+
+		if (dead_nsp != NULL)
+			dead_name = quote_qualified_identifier(dead_nsp, dead_rel);
+		else
+			dead = InvalidOid;
+	}
 	if (table->relid == outbox_default_relid)
 		row_expr = pstrdup("o");
 	else
@@ -367,7 +401,10 @@ outbox_table_check(OutboxTable *table)
 	/* a changed name or shape: drop everything built on the old one */
 	if (table->name != NULL &&
 		(strcmp(table->name, name) != 0 ||
-		 strcmp(table->row_expr, row_expr) != 0 || table->utc != utc))
+		 strcmp(table->row_expr, row_expr) != 0 || table->utc != utc ||
+		 table->has_policy != has_policy ||
+		 (table->dead_name == NULL) != (dead_name == NULL) ||
+		 (dead_name != NULL && strcmp(table->dead_name, dead_name) != 0)))
 		outbox_table_clear(table);
 	if (table->cxt == NULL)
 	{
@@ -378,12 +415,16 @@ outbox_table_check(OutboxTable *table)
 		table->name = pstrdup(name);
 		table->row_expr = pstrdup(row_expr);
 		table->utc = utc;
+		table->has_policy = has_policy;
+		table->dead_name = dead_name != NULL ? pstrdup(dead_name) : NULL;
 		MemoryContextSwitchTo(old);
 	}
 	/* the settings, re-read at every check */
 	table->registered = registered;
 	table->channel = channel != NULL ?
 		MemoryContextStrdup(table->cxt, channel) : NULL;
+	table->policy = policy;
+	table->dead_relid = dead;
 	table->valid = true;
 	return true;
 }
@@ -429,6 +470,8 @@ outbox_table_clear(OutboxTable *table)
 	table->name = NULL;
 	table->row_expr = NULL;
 	table->channel = NULL;
+	table->dead_name = NULL;
+	table->dead_relid = InvalidOid;
 	table->plan_sets = NIL;
 	table->plan_set = NULL;
 	table->valid = false;
@@ -522,17 +565,25 @@ outbox_registry_open(void)
  * outbox_registry_row
  *
  * Whether the registry has a row for relid (made or attached, or the
- * default outbox once configured), and its channel (palloc'd, or NULL).
+ * default outbox once configured), and, where asked for, its channel
+ * (palloc'd, or NULL), its delivery policy (the defaults without a row) and
+ * its dead-letter table (InvalidOid if none is recorded).
  */
 static bool
-outbox_registry_row(Oid relid, char **channel)
+outbox_registry_row(Oid relid, char **channel, OutboxPolicy *policy,
+					Oid *dead)
 {
-	Relation	reg = outbox_registry_open();
+	Relation	reg;
 	SysScanDesc scan;
 	ScanKeyData key;
 	HeapTuple	tup;
 	bool		found = false;
 
+	if (policy != NULL)
+		outbox_policy_defaults(policy);
+	if (dead != NULL)
+		*dead = InvalidOid;
+	reg = outbox_registry_open();
 	if (reg == NULL)
 		return false;
 	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_OIDEQ,
@@ -542,17 +593,57 @@ outbox_registry_row(Oid relid, char **channel)
 	tup = systable_getnext(scan);
 	if (HeapTupleIsValid(tup))
 	{
-		AttrNumber	attnum = get_attnum(RelationGetRelid(reg), "channel");
+		TupleDesc	desc = RelationGetDescr(reg);
+		Oid			regid = RelationGetRelid(reg);
 		bool		isnull;
-		Datum		d = heap_getattr(tup, attnum, RelationGetDescr(reg), &isnull);
+		Datum		d;
+		AttrNumber	attnum;
 
 		found = true;
+		d = heap_getattr(tup, get_attnum(regid, "channel"), desc, &isnull);
 		if (!isnull)
 			*channel = TextDatumGetCString(d);
+
+		/* the policy's columns: a registry of an older 1.2 build lacks them */
+		if (policy != NULL &&
+			(attnum = get_attnum(regid, "max_attempts")) != InvalidAttrNumber)
+		{
+			d = heap_getattr(tup, attnum, desc, &isnull);
+			policy->max_attempts = isnull ? 0 : DatumGetInt32(d);
+			d = heap_getattr(tup, get_attnum(regid, "backoff_base"), desc, &isnull);
+			if (!isnull)
+				policy->backoff_base = *DatumGetIntervalP(d);
+			d = heap_getattr(tup, get_attnum(regid, "backoff_max"), desc, &isnull);
+			if (!isnull)
+				policy->backoff_max = *DatumGetIntervalP(d);
+			d = heap_getattr(tup, get_attnum(regid, "ttl"), desc, &isnull);
+			policy->has_ttl = !isnull;
+			if (!isnull)
+				policy->ttl = *DatumGetIntervalP(d);
+		}
+		if (dead != NULL &&
+			(attnum = get_attnum(regid, "dead")) != InvalidAttrNumber)
+		{
+			d = heap_getattr(tup, attnum, desc, &isnull);
+			if (!isnull && get_rel_relkind(DatumGetObjectId(d)) == RELKIND_RELATION)
+				*dead = DatumGetObjectId(d);
+		}
 	}
 	systable_endscan(scan);
 	table_close(reg, AccessShareLock);
 	return found;
+}
+
+/*
+ * outbox_policy_defaults
+ *
+ * The policy of an outbox nobody configured: 1.1's behaviour.
+ */
+static void
+outbox_policy_defaults(OutboxPolicy *policy)
+{
+	memset(policy, 0, sizeof(OutboxPolicy));
+	policy->backoff_max.time = USECS_PER_HOUR;
 }
 
 /*
@@ -586,6 +677,24 @@ const char *
 outbox_table_channel(OutboxTable *table)
 {
 	return table->channel;
+}
+
+bool
+outbox_table_has_policy(OutboxTable *table)
+{
+	return table->has_policy;
+}
+
+const OutboxPolicy *
+outbox_table_policy(OutboxTable *table)
+{
+	return &table->policy;
+}
+
+const char *
+outbox_table_dead_name(OutboxTable *table)
+{
+	return table->dead_name;
 }
 
 /*

@@ -14,6 +14,7 @@
 #ifndef OUTBOX_TABLE_H
 #define OUTBOX_TABLE_H
 
+#include "datatype/timestamp.h"
 #include "executor/spi.h"
 
 /*
@@ -24,8 +25,21 @@
  */
 typedef struct OutboxTable OutboxTable;
 
+/*
+ * An outbox's delivery policy (docs/delivery-policy.md), from its registry
+ * row; the defaults keep 1.1's behaviour.
+ */
+typedef struct OutboxPolicy
+{
+	int32		max_attempts;	/* 0: unlimited */
+	Interval	backoff_base;	/* zero: no backoff */
+	Interval	backoff_max;
+	bool		has_ttl;
+	Interval	ttl;
+} OutboxPolicy;
+
 /* Statements kept per table and user; see outbox_plans.c. */
-#define OUTBOX_NUM_PLANS_MAX	32
+#define OUTBOX_NUM_PLANS_MAX	40
 
 extern OutboxTable *outbox_default_table(void);
 extern OutboxTable *outbox_find_table(Oid relid);
@@ -37,6 +51,9 @@ extern const char *outbox_table_name(OutboxTable *table);
 extern const char *outbox_table_row_expr(OutboxTable *table);
 extern bool outbox_table_utc(OutboxTable *table);
 extern const char *outbox_table_channel(OutboxTable *table);
+extern bool outbox_table_has_policy(OutboxTable *table);
+extern const OutboxPolicy *outbox_table_policy(OutboxTable *table);
+extern const char *outbox_table_dead_name(OutboxTable *table);
 extern SPIPlanPtr *outbox_table_plans(OutboxTable *table);
 
 extern bool outbox_installed(void);

@@ -43,7 +43,10 @@
 
 static const char *const outbox_state_names[] = {"pending", "delivered", "acked"};
 
-static AttrNumber outbox_column(Relation rel, const char *name, Oid typid);
+static AttrNumber outbox_column(Relation rel, const char *name, Oid typid,
+								bool required);
+static bool outbox_row_due(HeapTuple tuple, TupleDesc tupdesc,
+						   const OutboxColumns *cols);
 static OutboxState outbox_parse_state(Relation rel, AttrNumber attnum,
 									  Datum value, int64 id);
 static bool outbox_datum_equal(Datum a, bool a_null, Datum b, bool b_null,
@@ -68,6 +71,7 @@ PG_FUNCTION_INFO_V1(outbox_inserted);
 static OutboxColumns outbox_cols;
 
 OutboxCounter outbox_requeue_counter = OUTBOX_COUNT_RECLAIMED;
+OutboxCounter outbox_delete_counter = OUTBOX_COUNT_PURGED;
 
 /*
  * outbox_state_guard
@@ -119,8 +123,9 @@ outbox_state_guard(PG_FUNCTION_ARGS)
 			outbox_count_state(RelationGetRelid(trigdata->tg_relation),
 							   outbox_parse_state(trigdata->tg_relation,
 												  cols->state, d, 0), -1);
-		outbox_count(RelationGetRelid(trigdata->tg_relation),
-					 OUTBOX_COUNT_PURGED, 1);
+		if (outbox_delete_counter < OUTBOX_NUM_COUNTERS)
+			outbox_count(RelationGetRelid(trigdata->tg_relation),
+						 outbox_delete_counter, 1);
 		return PointerGetDatum(trigdata->tg_trigtuple);
 	}
 
@@ -219,6 +224,18 @@ outbox_guard_insert(Relation rel, HeapTuple tuple, const OutboxColumns *cols,
 							 OUTBOX_GUC_PREFIX)));
 	}
 
+	if (cols->dedup_key != InvalidAttrNumber)
+	{
+		d = heap_getattr(tuple, cols->dedup_key, tupdesc, &isnull);
+		if (!isnull && VARSIZE_ANY_EXHDR(DatumGetPointer(d)) == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_CHECK_VIOLATION),
+					 errmsg("outbox row " INT64_FORMAT " cannot be inserted with an empty dedup_key",
+							id),
+					 errdetail("A dedup_key is NULL (none) or a non-empty string."),
+					 errtablecol(rel, cols->dedup_key)));
+	}
+
 	d = heap_getattr(tuple, cols->state, tupdesc, &isnull);
 	if (isnull)
 		return tuple;
@@ -279,7 +296,9 @@ outbox_inserted_row(Relation rel, HeapTuple tuple, const OutboxColumns *cols,
 	if (state == OUTBOX_PENDING)
 	{
 		outbox_count(RelationGetRelid(rel), OUTBOX_COUNT_ENQUEUED, 1);
-		outbox_wake(DatumGetInt64(id), RelationGetRelid(rel), channel);
+		/* a row scheduled for later is woken when due, by the worker */
+		if (outbox_row_due(tuple, tupdesc, cols))
+			outbox_wake(DatumGetInt64(id), RelationGetRelid(rel), channel);
 	}
 }
 
@@ -430,16 +449,19 @@ outbox_guard_update(Relation rel, HeapTuple oldtuple, HeapTuple newtuple,
 	}
 
 	/*
-	 * Wake relays when the row becomes pending for its recipient: back from
-	 * delivered, or re-addressed while pending.
+	 * Wake relays when the row becomes claimable for its recipient: back
+	 * from delivered, re-addressed while pending, or its not_before moved
+	 * to now or earlier; a row scheduled for later is woken when due, by
+	 * the worker.
 	 */
-	if (to == OUTBOX_PENDING)
+	if (to == OUTBOX_PENDING && outbox_row_due(newtuple, tupdesc, cols))
 	{
 		old_recipient = heap_getattr(oldtuple, cols->recipient, tupdesc,
 									 &old_recipient_null);
 		new_recipient = heap_getattr(newtuple, cols->recipient, tupdesc,
 									 &new_recipient_null);
 		if (from != OUTBOX_PENDING ||
+			!outbox_row_due(oldtuple, tupdesc, cols) ||
 			!outbox_datum_equal(old_recipient, old_recipient_null,
 								new_recipient, new_recipient_null,
 								TupleDescAttr(tupdesc, cols->recipient - 1)))
@@ -550,23 +572,33 @@ outbox_columns(Relation rel, const char *funcname)
 		return &outbox_cols;
 
 	c.relid = RelationGetRelid(rel);
-	c.id = outbox_column(rel, COL_ID, INT8OID);
-	c.recipient = outbox_column(rel, COL_RECIPIENT, TEXTOID);
-	c.kind = outbox_column(rel, COL_KIND, TEXTOID);
-	c.tenant_id = outbox_column(rel, COL_TENANT_ID, TEXTOID);
-	c.payload = outbox_column(rel, COL_PAYLOAD, BYTEAOID);
-	c.state = outbox_column(rel, COL_STATE, TEXTOID);
-	c.attempts = outbox_column(rel, COL_ATTEMPTS, INT4OID);
-	c.created_at = outbox_column(rel, COL_CREATED_AT, TIMESTAMPTZOID);
-	c.delivered_at = outbox_column(rel, COL_DELIVERED_AT, TIMESTAMPTZOID);
-	c.acked_at = outbox_column(rel, COL_ACKED_AT, TIMESTAMPTZOID);
+	c.id = outbox_column(rel, COL_ID, INT8OID, true);
+	c.recipient = outbox_column(rel, COL_RECIPIENT, TEXTOID, true);
+	c.kind = outbox_column(rel, COL_KIND, TEXTOID, true);
+	c.tenant_id = outbox_column(rel, COL_TENANT_ID, TEXTOID, true);
+	c.payload = outbox_column(rel, COL_PAYLOAD, BYTEAOID, true);
+	c.state = outbox_column(rel, COL_STATE, TEXTOID, true);
+	c.attempts = outbox_column(rel, COL_ATTEMPTS, INT4OID, true);
+	c.created_at = outbox_column(rel, COL_CREATED_AT, TIMESTAMPTZOID, true);
+	c.delivered_at = outbox_column(rel, COL_DELIVERED_AT, TIMESTAMPTZOID, true);
+	c.acked_at = outbox_column(rel, COL_ACKED_AT, TIMESTAMPTZOID, true);
+	c.not_before = outbox_column(rel, COL_NOT_BEFORE, TIMESTAMPTZOID, false);
+	c.expires_at = outbox_column(rel, COL_EXPIRES_AT, TIMESTAMPTZOID, false);
+	c.dedup_key = outbox_column(rel, COL_DEDUP_KEY, TEXTOID, false);
 
 	outbox_cols = c;
 	return &outbox_cols;
 }
 
+/*
+ * outbox_column
+ *
+ * The attribute number of column name, of type typid (for a timestamptz,
+ * also "timestamp": see below); a missing column is an error (42703) when
+ * required, else InvalidAttrNumber.  A column of another type is 42804.
+ */
 static AttrNumber
-outbox_column(Relation rel, const char *name, Oid typid)
+outbox_column(Relation rel, const char *name, Oid typid, bool required)
 {
 	TupleDesc	tupdesc = RelationGetDescr(rel);
 	int			i;
@@ -592,11 +624,31 @@ outbox_column(Relation rel, const char *name, Oid typid)
 		return att->attnum;
 	}
 
+	if (!required)
+		return InvalidAttrNumber;
 	ereport(ERROR,
 			(errcode(ERRCODE_UNDEFINED_COLUMN),
 			 errmsg("column \"%s\" not found in table \"%s\"",
 					name, RelationGetRelationName(rel))));
 	pg_unreachable();
+}
+
+/*
+ * outbox_row_due
+ *
+ * Whether a row's not_before (if it has the column) is unset or not later
+ * than now: a pending row that is claimable as far as time goes.
+ */
+static bool
+outbox_row_due(HeapTuple tuple, TupleDesc tupdesc, const OutboxColumns *cols)
+{
+	bool		isnull;
+	Datum		d;
+
+	if (cols->not_before == InvalidAttrNumber)
+		return true;
+	d = heap_getattr(tuple, cols->not_before, tupdesc, &isnull);
+	return isnull || DatumGetTimestampTz(d) <= GetCurrentTimestamp();
 }
 
 /*

@@ -28,6 +28,10 @@
 #define COL_CREATED_AT			"created_at"
 #define COL_DELIVERED_AT		"delivered_at"
 #define COL_ACKED_AT			"acked_at"
+/* since 1.2, the delivery policy's (optional: InvalidAttrNumber if absent) */
+#define COL_NOT_BEFORE			"not_before"
+#define COL_EXPIRES_AT			"expires_at"
+#define COL_DEDUP_KEY			"dedup_key"
 
 /* The three delivery states. */
 typedef enum OutboxState
@@ -51,10 +55,19 @@ typedef struct OutboxColumns
 	AttrNumber	created_at;
 	AttrNumber	delivered_at;
 	AttrNumber	acked_at;
+	AttrNumber	not_before;
+	AttrNumber	expires_at;
+	AttrNumber	dedup_key;
 } OutboxColumns;
 
 /* Which counter a delivered -> pending move feeds: release or reclaim. */
 extern OutboxCounter outbox_requeue_counter;
+
+/*
+ * Which counter a DELETE feeds: purged, or none (OUTBOX_NUM_COUNTERS) while
+ * rows move to the dead letters, which their statement counts.
+ */
+extern OutboxCounter outbox_delete_counter;
 
 extern const OutboxColumns *outbox_columns(Relation rel, const char *funcname);
 

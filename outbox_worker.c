@@ -15,7 +15,10 @@
  *	 back to pending and, when retain_acked is set, deletes acked rows older
  *	 than it, both in bounded batches through the same C paths as
  *	 outbox_reclaim() and outbox_purge() (so the trigger stays the authority
- *	 and locked rows are skipped), then re-counts the open backlog.
+ *	 and locked rows are skipped), dead-letters pending rows past their
+ *	 expiry, then re-counts the open backlog;
+ * - every SWEEPER_DUE_MS: notifies the rows scheduled for later (not_before)
+ *	 that fell due since its last look, and wakes outbox_wait().
  *
  * An error in a pass is reported, its transaction aborted, and the loop
  * goes on a second later; the worker exits only when told to.
@@ -34,12 +37,14 @@
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
+#include "storage/condition_variable.h"
 #include "storage/ipc.h"
 #include "storage/lmgr.h"
 #include "storage/proc.h"
 #include "tcop/tcopprot.h"
 #include "utils/backend_status.h"
 #include "utils/guc.h"
+#include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
@@ -59,11 +64,37 @@
 /* Wake-up batches sent before the loop looks at its other duties again. */
 #define SWEEPER_MAX_BATCHES		4
 
+/* How often scheduled rows that fell due are looked for, and at most how many. */
+#define SWEEPER_DUE_MS			500
+#define SWEEPER_DUE_ROWS		1000
+
+/*
+ * How far back the first look goes: rows that fell due while no worker ran
+ * are found by the relays' drain, not woken one by one.
+ */
+#define SWEEPER_DUE_LOOKBACK_MS	10000
+
+/* Where the due wake-ups of one outbox got to: (not_before, id). */
+typedef struct SweeperDuePosition
+{
+	Oid			relid;			/* hash key */
+	TimestampTz not_before;
+	int64		id;
+} SweeperDuePosition;
+
+typedef enum SweeperStep
+{
+	SWEEP_RECLAIM,
+	SWEEP_PURGE,
+	SWEEP_EXPIRE
+} SweeperStep;
+
 static void sweeper_detach(int code, Datum arg);
 static bool sweeper_send_wakeups(OutboxDatabase *db, int max_batches);
 static void sweeper_notify(const OutboxWakeup *wakeups, int n);
 static bool sweeper_sweep(OutboxDatabase *db);
-static void sweeper_sweep_tables(bool reclaim, TimestampTz now);
+static void sweeper_sweep_tables(SweeperStep step, TimestampTz now);
+static void sweeper_wake_due(OutboxDatabase *db);
 static void sweeper_recover(void);
 static bool sweeper_ring_used(OutboxDatabase *db);
 
@@ -73,6 +104,9 @@ static OutboxWakeup *sweeper_batch = NULL;
 
 /* When the next sweep is due; whether "not installed" was logged. */
 static TimestampTz sweeper_next_sweep = 0;
+static TimestampTz sweeper_next_due = 0;
+static HTAB *sweeper_due_positions = NULL;
+static int64 *sweeper_due_ids = NULL;
 static bool sweeper_missing_logged = false;
 
 /*
@@ -114,6 +148,16 @@ outbox_sweeper_main(Datum main_arg)
 
 	sweeper_batch = MemoryContextAlloc(TopMemoryContext,
 									   sizeof(OutboxWakeup) * SWEEPER_NOTIFY_BATCH);
+	sweeper_due_ids = MemoryContextAlloc(TopMemoryContext,
+										 sizeof(int64) * SWEEPER_DUE_ROWS);
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(Oid);
+		ctl.entrysize = sizeof(SweeperDuePosition);
+		sweeper_due_positions = hash_create("delivery_outbox due positions",
+											16, &ctl, HASH_ELEM | HASH_BLOBS);
+	}
 
 	sweeper_db = outbox_database(MyDatabaseId, true);
 	if (sweeper_db == NULL)
@@ -193,6 +237,12 @@ outbox_sweeper_main(Datum main_arg)
 			}
 		}
 
+		if (now >= sweeper_next_due && !sweeper_missing_logged)
+		{
+			sweeper_next_due = TimestampTzPlusMilliseconds(now, SWEEPER_DUE_MS);
+			sweeper_wake_due(sweeper_db);
+		}
+
 		if (more)
 			continue;			/* wake-ups still waiting: no sleep */
 
@@ -206,7 +256,8 @@ outbox_sweeper_main(Datum main_arg)
 							 outbox_deferred_batch_delay, PG_WAIT_EXTENSION);
 
 		timeout = TimestampDifferenceMilliseconds(GetCurrentTimestamp(),
-												  sweeper_next_sweep);
+												  Min(sweeper_next_sweep,
+													  sweeper_next_due));
 		(void) WaitLatch(MyLatch,
 						 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 Max(timeout, 1),
@@ -360,14 +411,14 @@ sweeper_send_wakeups(OutboxDatabase *db, int max_batches)
 /*
  * sweeper_sweep_tables
  *
- * Reclaim (or purge) in every outbox of the database, at most
- * SWEEPER_MAX_ROWS rows each.  Each table is locked first, without waiting:
- * one that another session holds locked is left for the next pass, so that
- * one tenant's ALTER TABLE does not hold up the others; one dropped or
- * detached meanwhile is skipped.
+ * One step of a pass in every outbox of the database, at most
+ * SWEEPER_MAX_ROWS rows each: reclaim, purge, or dead-letter expired rows.
+ * Each table is locked first, without waiting: one that another session
+ * holds locked is left for the next pass, so that one tenant's ALTER TABLE
+ * does not hold up the others; one dropped or detached meanwhile is skipped.
  */
 static void
-sweeper_sweep_tables(bool reclaim, TimestampTz now)
+sweeper_sweep_tables(SweeperStep step, TimestampTz now)
 {
 	ListCell   *lc;
 
@@ -382,17 +433,84 @@ sweeper_sweep_tables(bool reclaim, TimestampTz now)
 		table = outbox_find_table(relid);
 		if (table == NULL)
 			continue;
-		if (reclaim)
-			(void) outbox_reclaim_rows(table,
-									   TimestampTzPlusMilliseconds(now,
-																   -(int64) outbox_reclaim_after * 1000),
-									   SWEEPER_MAX_ROWS);
-		else
-			(void) outbox_purge_rows(table,
-									 TimestampTzPlusMilliseconds(now,
-																 -(int64) outbox_retain_acked * 1000),
-									 SWEEPER_MAX_ROWS);
+		switch (step)
+		{
+			case SWEEP_RECLAIM:
+				(void) outbox_reclaim_rows(table,
+										   TimestampTzPlusMilliseconds(now,
+																	   -(int64) outbox_reclaim_after * 1000),
+										   SWEEPER_MAX_ROWS);
+				break;
+			case SWEEP_PURGE:
+				(void) outbox_purge_rows(table,
+										 TimestampTzPlusMilliseconds(now,
+																	 -(int64) outbox_retain_acked * 1000),
+										 SWEEPER_MAX_ROWS);
+				break;
+			case SWEEP_EXPIRE:
+				if (outbox_table_has_policy(table))
+					(void) outbox_expire_rows(table, SWEEPER_MAX_ROWS);
+				break;
+		}
 	}
+}
+
+/*
+ * sweeper_wake_due
+ *
+ * NOTIFY, on its outbox's channel, every row scheduled for later (its
+ * not_before) that fell due since the last look, up to SWEEPER_DUE_ROWS per
+ * outbox, and wake outbox_wait() callers; in one transaction.  A table
+ * someone holds locked waits for the next look.
+ */
+static void
+sweeper_wake_due(OutboxDatabase *db)
+{
+	int64		woken = 0;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (outbox_lock_table())
+	{
+		ListCell   *lc;
+
+		pgstat_report_activity(STATE_RUNNING, "delivery_outbox: waking due rows");
+		foreach(lc, outbox_table_list())
+		{
+			Oid			relid = lfirst_oid(lc);
+			OutboxTable *table;
+			SweeperDuePosition *pos;
+			bool		found;
+			int			n;
+			int			i;
+
+			if (!ConditionalLockRelationOid(relid, AccessShareLock))
+				continue;
+			table = outbox_find_table(relid);
+			if (table == NULL || !outbox_table_has_policy(table))
+				continue;
+			pos = hash_search(sweeper_due_positions, &relid, HASH_ENTER, &found);
+			if (!found)
+			{
+				pos->not_before = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+															  -SWEEPER_DUE_LOOKBACK_MS);
+				pos->id = 0;
+			}
+			n = outbox_due_rows(table, &pos->not_before, &pos->id,
+								sweeper_due_ids, SWEEPER_DUE_ROWS);
+			for (i = 0; i < n; i++)
+				outbox_notify(sweeper_due_ids[i], relid, outbox_table_channel(table));
+			woken += n;
+		}
+	}
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_activity(STATE_IDLE, NULL);
+
+	/* after the commit, so that the woken see what was notified */
+	if (woken > 0)
+		ConditionVariableBroadcast(&db->pending_cv);
 }
 
 /*
@@ -411,7 +529,7 @@ sweeper_sweep(OutboxDatabase *db)
 {
 	int			step;
 
-	for (step = 0; step < 3; step++)
+	for (step = 0; step < 4; step++)
 	{
 		TimestampTz now;
 		bool		installed;
@@ -428,8 +546,10 @@ sweeper_sweep(OutboxDatabase *db)
 		{
 			pgstat_report_activity(STATE_RUNNING, "delivery_outbox: sweep");
 			now = GetCurrentTimestamp();
-			if (step < 2)
-				sweeper_sweep_tables(step == 0, now);
+			if (step < 3)
+				sweeper_sweep_tables(step == 0 ? SWEEP_RECLAIM :
+									 step == 1 ? SWEEP_PURGE : SWEEP_EXPIRE,
+									 now);
 			else
 				outbox_sync_backlog(db);	/* after the pass's own changes */
 		}

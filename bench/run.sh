@@ -510,7 +510,7 @@ if bsql_ok bench "SET delivery_outbox.notify = deferred"; then
 fi
 HAVE_BATCH=no
 BATCH_NOTE="not available: no outbox_enqueue_batch (extension $EXT_VERSION)"
-if [ "$(bsql bench "SELECT to_regprocedure('outbox_enqueue_batch(text[],text[],bytea[],text[],regclass)') IS NOT NULL")" = t ]; then
+if [ "$(bsql bench "SELECT to_regprocedure('outbox_enqueue_batch(text[],text[],bytea[],text[],timestamptz[],timestamptz[],text[],regclass)') IS NOT NULL")" = t ]; then
     HAVE_BATCH=yes
     BATCH_NOTE=""
 fi

@@ -296,9 +296,9 @@ GRANT EXECUTE ON FUNCTION regress_secret() TO regress_may;
 ALTER TABLE delivery_outbox ADD COLUMN regress_secret text DEFAULT regress_secret();
 GRANT INSERT, SELECT (id) ON delivery_outbox TO regress_may, regress_may_not;
 GRANT USAGE ON SEQUENCE delivery_outbox_id_seq TO regress_may, regress_may_not;
-GRANT EXECUTE ON FUNCTION outbox_enqueue(text, text, bytea, text, regclass)
+GRANT EXECUTE ON FUNCTION outbox_enqueue(text, text, bytea, text, timestamptz, timestamptz, text, regclass)
   TO regress_may, regress_may_not;
-ALTER FUNCTION outbox_enqueue(text, text, bytea, text, regclass) SECURITY INVOKER;
+ALTER FUNCTION outbox_enqueue(text, text, bytea, text, timestamptz, timestamptz, text, regclass) SECURITY INVOKER;
 SET ROLE regress_may;
 SELECT outbox_enqueue('agent:role', 'work', '\x07') > 0 AS may;
 SET ROLE regress_may_not;
@@ -307,10 +307,10 @@ SELECT outbox_enqueue('agent:role', 'work', '\x07');
 RESET ROLE;
 SELECT count(*) AS role_rows, min(regress_secret) AS secret
   FROM delivery_outbox WHERE recipient = 'agent:role';
-ALTER FUNCTION outbox_enqueue(text, text, bytea, text, regclass) SECURITY DEFINER;
+ALTER FUNCTION outbox_enqueue(text, text, bytea, text, timestamptz, timestamptz, text, regclass) SECURITY DEFINER;
 REVOKE ALL ON delivery_outbox FROM regress_may, regress_may_not;
 REVOKE ALL ON SEQUENCE delivery_outbox_id_seq FROM regress_may, regress_may_not;
-REVOKE ALL ON FUNCTION outbox_enqueue(text, text, bytea, text, regclass)
+REVOKE ALL ON FUNCTION outbox_enqueue(text, text, bytea, text, timestamptz, timestamptz, text, regclass)
   FROM regress_may, regress_may_not;
 ALTER TABLE delivery_outbox DROP COLUMN regress_secret;
 DROP FUNCTION regress_secret();

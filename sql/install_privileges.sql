@@ -53,7 +53,7 @@ SELECT count(*) AS extensions FROM pg_extension
  WHERE extname = 'delivery_outbox';
 SELECT to_regclass('public.delivery_outbox') AS in_public,
        to_regclass('regress_installer_schema.delivery_outbox') AS in_own_schema,
-       to_regprocedure('public.outbox_enqueue(text,text,bytea,text,regclass)') AS enqueue;
+       to_regprocedure('public.outbox_enqueue(text,text,bytea,text,timestamptz,timestamptz,text,regclass)') AS enqueue;
 
 --
 -- Installed by a superuser: a non-superuser that is not its owner cannot
@@ -77,7 +77,7 @@ COMMENT ON EXTENSION delivery_outbox IS 'mine now';
 CREATE FUNCTION regress_installer_schema.f() RETURNS int LANGUAGE sql AS 'SELECT 1';
 ALTER EXTENSION delivery_outbox ADD FUNCTION regress_installer_schema.f();
 \echo :SQLSTATE
-ALTER EXTENSION delivery_outbox DROP FUNCTION outbox_enqueue(text, text, bytea, text, regclass);
+ALTER EXTENSION delivery_outbox DROP FUNCTION outbox_enqueue(text, text, bytea, text, timestamptz, timestamptz, text, regclass);
 \echo :SQLSTATE
 -- nor take over or alter its objects
 ALTER TABLE delivery_outbox DISABLE TRIGGER zz_delivery_outbox_state_guard;

@@ -206,7 +206,7 @@ SELECT id FROM outbox_claim(1);
 
 -- enqueue, named and positional; the batch
 SELECT outbox_enqueue('agent:a', 'work', '\x11', outbox => 'tenant_a.delivery_outbox');
-SELECT outbox_enqueue('agent:a', 'work', '\x12', 't1', 'tenant_a.delivery_outbox');
+SELECT outbox_enqueue('agent:a', 'work', '\x12', 't1', outbox => 'tenant_a.delivery_outbox');
 SELECT outbox_enqueue(recipient => 'agent:b', kind => 'work', payload => '\x13',
                       outbox => 'tenant_a.delivery_outbox');
 SELECT * FROM outbox_enqueue_batch(ARRAY['agent:b', 'agent:c'],
@@ -249,7 +249,7 @@ SELECT * FROM outboxes_now;
 
 -- release, reclaim (all, then at most one), resync per tenant, reassign
 SELECT outbox_release(ARRAY[5]::bigint[], outbox => 'tenant_a.delivery_outbox') AS released;
-SELECT outbox_release(ARRAY[5]::bigint[], 'tenant_a.delivery_outbox') AS released_again;
+SELECT outbox_release(ARRAY[5]::bigint[], outbox => 'tenant_a.delivery_outbox') AS released_again;
 SELECT id FROM outbox_claim(10, outbox => 'tenant_a.delivery_outbox');
 SELECT outbox_reclaim('0 seconds', outbox => 'tenant_a.delivery_outbox') AS reclaimed;
 SELECT * FROM outboxes_now;
@@ -321,7 +321,7 @@ SELECT outbox_ack(NULL::bigint, outbox => 'tenant_a.delivery_outbox');
 \echo :SQLSTATE
 SELECT outbox_ack(ARRAY[5, NULL]::bigint[], outbox => 'tenant_a.delivery_outbox');
 \echo :SQLSTATE
-SELECT outbox_release(NULL, 'tenant_a.delivery_outbox');
+SELECT outbox_release(NULL, outbox => 'tenant_a.delivery_outbox');
 \echo :SQLSTATE
 SELECT outbox_reclaim('-1 second', outbox => 'tenant_a.delivery_outbox');
 \echo :SQLSTATE
@@ -382,7 +382,7 @@ SELECT outbox_ack(2, outbox => 'not_an_outbox');
 \echo :SQLSTATE
 SELECT outbox_ack(ARRAY[2]::bigint[], outbox => 'not_an_outbox');
 \echo :SQLSTATE
-SELECT outbox_release(ARRAY[2]::bigint[], 'not_an_outbox');
+SELECT outbox_release(ARRAY[2]::bigint[], outbox => 'not_an_outbox');
 \echo :SQLSTATE
 SELECT outbox_reclaim('0 seconds', outbox => 'not_an_outbox');
 \echo :SQLSTATE
@@ -489,12 +489,12 @@ CREATE ROLE regress_outbox_tenant_b;
 GRANT USAGE ON SCHEMA tenant_a, tenant_b
    TO regress_outbox_tenant_a, regress_outbox_tenant_b, regress_outbox_reader;
 GRANT EXECUTE ON FUNCTION
-    outbox_enqueue(text, text, bytea, text, regclass),
-    outbox_enqueue_batch(text[], text[], bytea[], text[], regclass),
+    outbox_enqueue(text, text, bytea, text, timestamptz, timestamptz, text, regclass),
+    outbox_enqueue_batch(text[], text[], bytea[], text[], timestamptz[], timestamptz[], text[], regclass),
     outbox_claim(integer, text, text, regclass),
     outbox_ack(bigint, text, regclass),
     outbox_ack(bigint[], text, regclass),
-    outbox_release(bigint[], regclass),
+    outbox_release(bigint[], interval, text, regclass),
     outbox_reclaim(interval, integer, regclass),
     outbox_reclaim_recipient(text, text, regclass),
     outbox_reassign(text, text, regclass),
@@ -502,7 +502,7 @@ GRANT EXECUTE ON FUNCTION
     outbox_purge(interval, regclass),
     outbox_stats(regclass),
     outbox_wait(interval, text, regclass),
-    outbox_configure(regclass, text),
+    outbox_configure(regclass, text, integer, interval, interval, interval),
     outbox_detach(regclass),
     outbox_attach(regclass, text)
   TO regress_outbox_tenant_a, regress_outbox_tenant_b, regress_outbox_reader;
@@ -551,7 +551,7 @@ SELECT outbox_ack(:b2, outbox => 'tenant_b.delivery_outbox');
 \echo :SQLSTATE
 SELECT outbox_ack(ARRAY[:b2]::bigint[], 'agent:q', 'tenant_b.delivery_outbox');
 \echo :SQLSTATE
-SELECT outbox_release(ARRAY[:b2]::bigint[], 'tenant_b.delivery_outbox');
+SELECT outbox_release(ARRAY[:b2]::bigint[], outbox => 'tenant_b.delivery_outbox');
 \echo :SQLSTATE
 SELECT outbox_reclaim('0 seconds', outbox => 'tenant_b.delivery_outbox');
 \echo :SQLSTATE
@@ -637,7 +637,7 @@ SELECT outbox_ack(:b2, outbox => 'tenant_b.delivery_outbox');
 \echo :SQLSTATE
 SELECT outbox_ack(ARRAY[:b2]::bigint[], outbox => 'tenant_b.delivery_outbox');
 \echo :SQLSTATE
-SELECT outbox_release(ARRAY[:b2]::bigint[], 'tenant_b.delivery_outbox');
+SELECT outbox_release(ARRAY[:b2]::bigint[], outbox => 'tenant_b.delivery_outbox');
 \echo :SQLSTATE
 SELECT outbox_reclaim('0 seconds', outbox => 'tenant_b.delivery_outbox');
 \echo :SQLSTATE
@@ -664,7 +664,7 @@ GRANT UPDATE ON tenant_b.delivery_outbox TO regress_outbox_reader;
 SET ROLE regress_outbox_reader;
 SELECT id - :b4 AS n, recipient, delivery_state
   FROM outbox_claim(10, 'agent:p', outbox => 'tenant_b.delivery_outbox');
-SELECT outbox_release(ARRAY[:b4]::bigint[], 'tenant_b.delivery_outbox') AS released;
+SELECT outbox_release(ARRAY[:b4]::bigint[], outbox => 'tenant_b.delivery_outbox') AS released;
 SELECT outbox_reclaim('0 seconds', outbox => 'tenant_b.delivery_outbox') AS reclaimed;
 SELECT outbox_reclaim_recipient('agent:q', outbox => 'tenant_b.delivery_outbox') AS resynced;
 SELECT outbox_reassign('agent:q', 'agent:p', 'tenant_b.delivery_outbox') AS moved;
@@ -719,7 +719,7 @@ SELECT outbox_configure('public.delivery_outbox', channel => '');
 SELECT * FROM outbox_trigger_args WHERE tbl = 'public.delivery_outbox'::regclass;
 SELECT * FROM outboxes_now;
 -- the owner of an outbox may configure it (and nobody else, above)
-GRANT EXECUTE ON FUNCTION outbox_configure(regclass, text), outbox_detach(regclass)
+GRANT EXECUTE ON FUNCTION outbox_configure(regclass, text, integer, interval, interval, interval), outbox_detach(regclass)
    TO regress_outbox_creator;
 SET ROLE regress_outbox_creator;
 SELECT outbox_configure('tenant_own.mine', channel => 'mine_wakeups');

@@ -555,7 +555,7 @@ SELECT c.id, c.recipient, c.delivery_state, c.delivery_attempts,
  ORDER BY c.id;
 DROP TABLE claimed;
 SELECT created_at FROM outbox_replay('agent:6', 0, 1, outbox => 'delivery_outbox');
-SELECT outbox_enqueue('agent:7', 'work', '\x09', 't1', 'delivery_outbox') AS api_id \gset
+SELECT outbox_enqueue('agent:7', 'work', '\x09', 't1', outbox => 'delivery_outbox') AS api_id \gset
 SELECT abs(extract(epoch FROM created_at - (now() AT TIME ZONE 'UTC'))) < 60 AS created_at_utc,
        delivery_state, delivery_attempts
   FROM delivery_outbox WHERE id = :api_id;

@@ -315,12 +315,12 @@ SELECT * FROM pg_temp.probe('regress_outbox_nobody', 1, 'agent:x',
 CREATE ROLE regress_outbox_producer;
 CREATE ROLE regress_outbox_relay;
 CREATE ROLE regress_outbox_monitor;
-GRANT EXECUTE ON FUNCTION outbox_enqueue(text, text, bytea, text, regclass)
+GRANT EXECUTE ON FUNCTION outbox_enqueue(text, text, bytea, text, timestamptz, timestamptz, text, regclass)
     TO regress_outbox_producer;
 GRANT EXECUTE ON FUNCTION outbox_claim(integer, text, text, regclass),
                           outbox_ack(bigint, text, regclass),
                           outbox_ack(bigint[], text, regclass),
-                          outbox_release(bigint[], regclass),
+                          outbox_release(bigint[], interval, text, regclass),
                           outbox_reclaim(interval, integer, regclass),
                           outbox_reclaim_recipient(text, text, regclass),
                           outbox_replay(text, bigint, integer, text, regclass)

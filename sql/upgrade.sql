@@ -240,7 +240,11 @@ SELECT pg_temp.outbox_snapshot('from 1.0') > 20 AS updated_captured;
 SELECT * FROM pg_temp.outbox_diff('fresh', 'from 1.0');
 
 -- the rows came through the update untouched
-INSERT INTO outbox_row_text SELECT 'after', id, o::text FROM delivery_outbox o;
+-- (the seed's ten columns; 1.2 adds four of its own, NULL in every row)
+INSERT INTO outbox_row_text SELECT 'after', id,
+       (o.id, o.recipient, o.kind, o.tenant_id, o.payload, o.delivery_state, o.delivery_attempts, o.created_at, o.delivered_at, o.acked_at)::text
+  FROM delivery_outbox o
+ WHERE o.not_before IS NULL AND o.expires_at IS NULL AND o.dedup_key IS NULL AND o.last_error IS NULL;
 SELECT count(*) AS rows_kept FROM outbox_row_text WHERE label = 'before';
 SELECT b.id, b.row = a.row AS unchanged
   FROM outbox_row_text b FULL JOIN outbox_row_text a
@@ -308,7 +312,11 @@ $$;
 SELECT pg_temp.outbox_at_default() AS stepped_to_default;
 SELECT pg_temp.outbox_snapshot('step by step') > 20 AS stepped_captured;
 SELECT * FROM pg_temp.outbox_diff('fresh', 'step by step');
-INSERT INTO outbox_row_text SELECT 'after', id, o::text FROM delivery_outbox o;
+-- (the seed's ten columns; 1.2 adds four of its own, NULL in every row)
+INSERT INTO outbox_row_text SELECT 'after', id,
+       (o.id, o.recipient, o.kind, o.tenant_id, o.payload, o.delivery_state, o.delivery_attempts, o.created_at, o.delivered_at, o.acked_at)::text
+  FROM delivery_outbox o
+ WHERE o.not_before IS NULL AND o.expires_at IS NULL AND o.dedup_key IS NULL AND o.last_error IS NULL;
 SELECT b.id, b.row = a.row AS unchanged
   FROM outbox_row_text b FULL JOIN outbox_row_text a
     ON a.id = b.id AND a.label = 'after'
@@ -373,7 +381,7 @@ SELECT has_table_privilege('regress_upgrade_admin', 'delivery_outbox_activity',
 SELECT to_regprocedure('outbox_enqueue(text,text,bytea,text)') IS NULL AS old_enqueue_gone,
        to_regprocedure('outbox_claim(integer,text,text)') IS NULL AS old_claim_gone;
 SELECT has_function_privilege('regress_upgrade_producer',
-                              'outbox_enqueue(text,text,bytea,text,regclass)',
+                              'outbox_enqueue(text,text,bytea,text,timestamptz,timestamptz,text,regclass)',
                               'EXECUTE') AS producer_enqueue,
        has_function_privilege('regress_upgrade_producer',
                               'outbox_claim(integer,text,text,regclass)',
