@@ -23,7 +23,16 @@
 #   7. check the recipients' view (the relay's stdout, "recipient id" lines):
 #      every row pushed to its recipient at least once, nothing else; prints
 #      the at-least-once duplicate count;
-#   8. run the producer example: the committed order and its outbox row
+#   8. the delivery policy: start the relay again with a recipient that
+#      refuses one payload (REFUSE_PAYLOAD) and one whose first push of
+#      another fails (FAIL_ONCE_PAYLOAD), RETRY_AFTER_MS=1500, WAIT_MS=30000:
+#      the refused row must end in delivery_outbox_dead (dead_reason
+#      'rejected', the relay's error as last_error, never pushed as
+#      delivered); the failed one must be released (pending, not_before 1.5 s
+#      on, last_error), claimed again only once not_before has passed, and
+#      soon after it (the relay sleeps until outbox_next_due(), not WAIT_MS),
+#      then acked with two attempts;
+#   9. run the producer example: the committed order and its outbox row
 #      exist, the rolled-back ones do not.
 #
 # Output is TAP ("ok N - ...", "not ok N - ...", "# ..." diagnostics, "1..N"
@@ -205,7 +214,9 @@ GRANT EXECUTE ON FUNCTION
     outbox_claim(integer, text, text, regclass),
     outbox_ack(bigint, text, regclass),
     outbox_ack(bigint[], text, regclass),
-    outbox_release(bigint[], regclass),
+    outbox_release(bigint[], interval, text, regclass),
+    outbox_reject(bigint[], text, regclass),
+    outbox_next_due(text, regclass),
     outbox_reclaim(interval, integer, regclass),
     outbox_reclaim_recipient(text, text, regclass),
     outbox_replay(text, bigint, integer, text, regclass)
@@ -236,7 +247,9 @@ GRANT EXECUTE ON FUNCTION
     outbox.outbox_claim(integer, text, text, regclass),
     outbox.outbox_ack(bigint, text, regclass),
     outbox.outbox_ack(bigint[], text, regclass),
-    outbox.outbox_release(bigint[], regclass),
+    outbox.outbox_release(bigint[], interval, text, regclass),
+    outbox.outbox_reject(bigint[], text, regclass),
+    outbox.outbox_next_due(text, regclass),
     outbox.outbox_reclaim(interval, integer, regclass),
     outbox.outbox_reclaim_recipient(text, text, regclass),
     outbox.outbox_replay(text, bigint, integer, text, regclass)
@@ -262,6 +275,117 @@ stop_relay()
         STOP_RC=$?
     fi
     RELAY_PID=
+}
+
+# run_policy LANG DB APP: the relay (RELAY, OUTBOX_ARG, RUN_OUTBOX as set
+# by run_lang) against three new rows: one its recipient refuses for good
+# (outbox_reject: a dead letter), one whose first push fails (outbox_release
+# with retry_after and the error: pushed again once not_before has passed),
+# one that goes through.  The database is the judge: states, not_before,
+# delivered_at, attempts, last_error and the dead-letter table.
+run_policy()
+{
+    local lang=$1 db=$2 app=$3 dir=$WORK/$1
+    local out=$dir/policy-recipients.txt err=$dir/policy-relay.log
+    local retry_ms=1500
+    local refuse_payload='{"refuse": true}' flaky_payload='{"fail_once": true}'
+    local refused_error='agent:picky refused the payload (REFUSE_PAYLOAD)'
+    local failed_error='injected failure (FAIL_ONCE_PAYLOAD, attempt 1)'
+    local ok_id refuse_id flaky_id got nb lag
+
+    env PGDATABASE="$db" PGUSER="$ROLE" PGAPPNAME="$app" OUTBOX="$RUN_OUTBOX" \
+        BATCH=10 WAIT_MS=30000 SWEEP_EVERY=0 RETRY_AFTER_MS=$retry_ms \
+        REFUSE_PAYLOAD="$refuse_payload" FAIL_ONCE_PAYLOAD="$flaky_payload" \
+        BACKOFF_MIN_MS=100 BACKOFF_MAX_MS=800 \
+        "${RELAY[@]}" >"$out" 2>"$err" &
+    RELAY_PID=$!
+    IFS='|' read -r ok_id refuse_id flaky_id < <(q "$db" "SELECT
+        outbox_enqueue('agent:ok', 'work', convert_to('{\"policy\": \"ok\"}', 'UTF8')$OUTBOX_ARG),
+        outbox_enqueue('agent:picky', 'work', convert_to('$refuse_payload', 'UTF8')$OUTBOX_ARG),
+        outbox_enqueue('agent:flaky', 'work', convert_to('$flaky_payload', 'UTF8')$OUTBOX_ARG)")
+    if [ -z "$flaky_id" ]; then
+        nok "$lang: delivery policy: three rows enqueued"
+        stop_relay
+        return
+    fi
+
+    # The failed push: released, with its error, not claimable for 1.5 s.
+    if wait_until 15 "$db" "SELECT delivery_state = 'pending' AND last_error IS NOT NULL
+                              FROM delivery_outbox WHERE id = $flaky_id"; then
+        IFS='|' read -r got nb < <(q "$db" "SELECT
+                delivery_attempts = 1
+                AND last_error = '$failed_error'
+                AND not_before > now()
+                AND not_before >= created_at + $retry_ms * interval '1 ms',
+                not_before
+              FROM delivery_outbox WHERE id = $flaky_id")
+        if [ "$got" = t ]; then
+            ok "$lang: a failed push is released with retry_after => ${retry_ms} ms and its error (row $flaky_id pending until $nb, last_error '$failed_error')"
+        else
+            nok "$lang: a failed push is released with retry_after and its error"
+            q "$db" "SELECT id, delivery_state, delivery_attempts, created_at, not_before, last_error
+                       FROM delivery_outbox WHERE id = $flaky_id" | sed 's/^/# /'
+        fi
+    else
+        nok "$lang: a failed push is released (row $flaky_id pending with last_error)"
+        show "$err"
+    fi
+
+    # The refused push: a dead letter, at once, never delivered.
+    if wait_until 15 "$db" "SELECT EXISTS (SELECT FROM delivery_outbox_dead WHERE id = $refuse_id)
+                             AND NOT EXISTS (SELECT FROM delivery_outbox WHERE id = $refuse_id)"; then
+        got=$(q "$db" "SELECT dead_reason = 'rejected'
+                          AND last_error = '$refused_error'
+                          AND recipient = 'agent:picky'
+                          AND convert_from(payload, 'UTF8') = '$refuse_payload'
+                          AND delivery_attempts = 1
+                     FROM delivery_outbox_dead WHERE id = $refuse_id")
+        if [ "$got" = t ] && ! grep -qx "agent:picky $refuse_id" "$out"; then
+            ok "$lang: a refused push is rejected: row $refuse_id is in delivery_outbox_dead (dead_reason 'rejected', last_error '$refused_error'), never pushed as delivered"
+        else
+            nok "$lang: a refused push is rejected into delivery_outbox_dead with its error"
+            q "$db" "SELECT id, recipient, delivery_attempts, dead_reason, last_error
+                       FROM delivery_outbox_dead WHERE id = $refuse_id" | sed 's/^/# /'
+        fi
+    else
+        nok "$lang: a refused push is dead-lettered (row $refuse_id in delivery_outbox_dead)"
+        show "$err"
+    fi
+
+    # The failed row again: pushed once not_before has passed, soon after
+    # it (woken by outbox_next_due, not by WAIT_MS), then acked.
+    if [ -n "$nb" ] && wait_until $((retry_ms / 1000 + 10)) "$db" \
+        "SELECT delivery_state = 'acked' FROM delivery_outbox WHERE id = $flaky_id" &&
+        wait_until 10 "$db" "SELECT delivery_state = 'acked' FROM delivery_outbox WHERE id = $ok_id"; then
+        IFS='|' read -r got lag < <(q "$db" "SELECT
+                delivery_attempts = 2 AND delivered_at >= '$nb'::timestamptz
+                AND delivered_at < '$nb'::timestamptz + interval '2 s',
+                round(EXTRACT(epoch FROM delivered_at - '$nb'::timestamptz) * 1000)
+              FROM delivery_outbox WHERE id = $flaky_id")
+        if [ "$got" = t ] && [ "$(grep -cx "agent:flaky $flaky_id" "$out")" = 1 ] &&
+            [ "$(grep -cx "agent:ok $ok_id" "$out")" = 1 ]; then
+            ok "$lang: the released row was claimed again only after its retry_after (${lag} ms after not_before), pushed once and acked on attempt 2"
+        else
+            nok "$lang: the released row is pushed again after retry_after, then acked (attempts 2, claimed ${lag:-?} ms after not_before)"
+            q "$db" "SELECT id, delivery_state, delivery_attempts, delivered_at, acked_at, not_before, last_error
+                       FROM delivery_outbox WHERE id IN ($ok_id, $flaky_id)" | sed 's/^/# /'
+            show "$out"
+            show "$err"
+        fi
+    else
+        nok "$lang: the released row is pushed again after retry_after and acked"
+        q "$db" "SELECT * FROM outbox_stats()" | sed 's/^/# /'
+        show "$err"
+    fi
+
+    stop_relay
+    if [ "$STOP_RC" -eq 0 ] && grep -q "push refused: id $refuse_id to agent:picky" "$err" &&
+        grep -q "push failed: id $flaky_id to agent:flaky" "$err"; then
+        ok "$lang: the relay logged the refusal and the failure and stopped cleanly"
+    else
+        nok "$lang: the relay logged the refusal and the failure and stopped cleanly (exit status $STOP_RC)"
+        show "$err"
+    fi
 }
 
 run_lang()
@@ -303,7 +427,7 @@ run_lang()
     enqueue "$db" 1 "$half"
     relay_cmd "$lang"
     env PGDATABASE="$db" PGUSER="$ROLE" PGAPPNAME="$app" OUTBOX="$RUN_OUTBOX" \
-        BATCH=10 FAIL_EVERY=7 PUSH_DELAY_MS=5 RETRY_DELAY_MS=20 \
+        BATCH=10 FAIL_EVERY=7 PUSH_DELAY_MS=5 RETRY_AFTER_MS=20 \
         WAIT_MS=30000 SWEEP_EVERY=3 RECLAIM_AFTER=3 \
         BACKOFF_MIN_MS=100 BACKOFF_MAX_MS=800 \
         "${RELAY[@]}" >"$out" 2>"$err" &
@@ -422,6 +546,9 @@ SQL
         nok "$lang: failed pushes were released and delivered later ($failures failures logged)"
         show "$err"
     fi
+
+    # -- the delivery policy: refused and failed pushes ------------------
+    run_policy "$lang" "$db" "$app"
 
     # -- the producer -----------------------------------------------------
     producer_cmd "$lang"

@@ -11,7 +11,8 @@
  *	 drain -> wait for a notification (or a timeout) -> drain -> ...
  *
  *	 drain:  rows = outbox_claim(BATCH); deliver() each row;
- *			 outbox_release(failed ids); outbox_ack(pushed ids);
+ *			 outbox_release(failed ids, retry_after, error);
+ *			 outbox_reject(refused ids, error); outbox_ack(pushed ids);
  *			 until a claim comes back empty.
  *
  * - LISTEN comes before the first drain, on every (re)connect: a row
@@ -23,8 +24,18 @@
  * - Ack after the push, never before.  Ids pushed but not acked when the
  *	 connection broke are acked first thing after reconnecting (a late ack is
  *	 still proof of delivery).
- * - A failed push gives its row back with outbox_release() (notified again,
- *	 retried after RETRY_DELAY_MS).
+ * - A failed push (deliver() returns PUSH_FAILED: the recipient is down, a
+ *	 timeout, a 5xx-like answer) gives its row back with outbox_release(ids,
+ *	 retry_after => RETRY_AFTER_MS, error => ...): no relay claims it before
+ *	 then, and last_error keeps the reason.
+ * - A refused push (PUSH_REFUSED: the recipient can never take this payload,
+ *	 a 4xx-like answer) dead-letters its row at once with outbox_reject(ids,
+ *	 error => ...): it moves to the dead-letter table <outbox>_dead
+ *	 (dead_reason 'rejected'); outbox_redrive() puts it back.
+ * - Before sleeping, the relay asks outbox_next_due() when the next row not
+ *	 claimable yet (released with retry_after, backed off, scheduled) falls
+ *	 due, and sleeps no longer: without the background worker nothing else
+ *	 wakes it for such a row.
  * - Rows claimed by a relay that died stay 'delivered'; every SWEEP_EVERY
  *	 seconds the relay runs outbox_reclaim(RECLAIM_AFTER seconds) to put them
  *	 back to pending.  Several relays sweeping is harmless.
@@ -38,9 +49,12 @@
  * (environment), as in the Python and Node.js relays:
  *	 OUTBOX_CHANNEL (delivery_outbox)  BATCH (100)  WAIT_MS (5000)
  *	 SWEEP_EVERY (30 s, 0 = never)	   RECLAIM_AFTER (60 s)
- *	 RETRY_DELAY_MS (1000)			   BACKOFF_MIN_MS (100) BACKOFF_MAX_MS (30000)
- *	 FAIL_EVERY (test hook: every Nth push fails; 0 = never)
- *	 PUSH_DELAY_MS (test hook: each push takes this long)
+ *	 RETRY_AFTER_MS (1000: retry_after of a failed push; 0 = none, the
+ *	 outbox's backoff_base decides)	   BACKOFF_MIN_MS (100) BACKOFF_MAX_MS (30000)
+ *	 test hooks: FAIL_EVERY (every Nth push fails; 0 = never),
+ *	 FAIL_ONCE_PAYLOAD (the first push of a row with exactly this payload
+ *	 fails), REFUSE_PAYLOAD (the recipient refuses a row with exactly this
+ *	 payload), PUSH_DELAY_MS (each push takes this long)
  *
  * Each successful push prints "recipient id" on stdout; the log goes to
  * stderr.
@@ -79,6 +93,14 @@ typedef struct OutboxRow
 	int			delivery_attempts;	/* 1 on the first push */
 } OutboxRow;
 
+/* What became of a push. */
+typedef enum PushResult
+{
+	PUSH_OK,					/* pushed: ack it */
+	PUSH_FAILED,				/* not this time: release, retry later */
+	PUSH_REFUSED				/* never: dead-letter it */
+} PushResult;
+
 /* A growable list of row ids. */
 typedef struct IdList
 {
@@ -93,19 +115,21 @@ static int	batch_size;
 static int	wait_ms;
 static int	sweep_every;
 static int	reclaim_after;
-static int	retry_delay_ms;
+static int	retry_after_ms;
 static int	backoff_min_ms;
 static int	backoff_max_ms;
 static int	fail_every;
 static int	push_delay_ms;
+static const char *fail_once_payload;
+static const char *refuse_payload;
 
 /* state */
 static volatile sig_atomic_t stopping = 0;
 static int	wake_pipe[2] = {-1, -1};
 static IdList unacked;			/* pushed, ack not yet confirmed */
 static double next_sweep = 0;
-static long cnt_pushed, cnt_acked, cnt_released, cnt_failed, cnt_connects,
-			cnt_reclaimed;
+static long cnt_pushed, cnt_acked, cnt_released, cnt_failed, cnt_rejected,
+			cnt_connects, cnt_reclaimed;
 
 static void
 logmsg(const char *fmt,...)
@@ -220,12 +244,23 @@ idlist_literal(const IdList *l)
 
 /* ---- the push: replace this ------------------------------------------- */
 
-/*
- * Push one claimed row to row->recipient.  Return 0 on success, -1 to have
- * the row released.  Recipients dedupe by id: delivery is at-least-once.
- */
+/* Does the row's payload equal the text s? */
 static int
-deliver(const OutboxRow *row)
+payload_is(const OutboxRow *row, const char *s)
+{
+	size_t		len = strlen(s);
+
+	return len > 0 && row->payload_len == len && memcmp(row->payload, s, len) == 0;
+}
+
+/*
+ * Push one claimed row to row->recipient.  Return PUSH_OK, PUSH_FAILED (the
+ * row is released, retried later) or PUSH_REFUSED (the recipient refuses it
+ * for good: it is dead-lettered), with the reason in error.  Recipients
+ * dedupe by id: delivery is at-least-once.
+ */
+static PushResult
+deliver(const OutboxRow *row, char *error, size_t errlen)
 {
 	static long pushes = 0;
 
@@ -236,33 +271,46 @@ deliver(const OutboxRow *row)
 
 		nanosleep(&ts, NULL);
 	}
+	if (payload_is(row, refuse_payload))
+	{
+		snprintf(error, errlen, "%s refused the payload (REFUSE_PAYLOAD)", row->recipient);
+		return PUSH_REFUSED;
+	}
+	if (payload_is(row, fail_once_payload) && row->delivery_attempts == 1)
+	{
+		snprintf(error, errlen, "injected failure (FAIL_ONCE_PAYLOAD, attempt %d)",
+				 row->delivery_attempts);
+		return PUSH_FAILED;
+	}
 	if (fail_every > 0 && pushes % fail_every == 0)
 	{
-		logmsg("push failed: id %lld to %s: injected failure (push %ld)",
-			   row->id, row->recipient, pushes);
-		return -1;
+		snprintf(error, errlen, "injected failure (push %ld)", pushes);
+		return PUSH_FAILED;
 	}
 	printf("%s %lld\n", row->recipient, row->id);
 	fflush(stdout);
-	return 0;
+	return PUSH_OK;
 }
 
 /* ---- the relay loop ----------------------------------------------------- */
 
 /*
- * Run a statement that returns one integer.  Returns 0 and sets *out, or -1
- * (the connection is then treated as lost).
+ * Run a statement with nparams text parameters that returns one integer (or
+ * NULL).  Returns 0 and sets *out (*isnull, if given), or -1 (the
+ * connection is then treated as lost).
  */
 static int
-exec_count(PGconn *conn, const char *sql, const char *param, long *out)
+exec_value(PGconn *conn, const char *sql, int nparams, const char *const *params,
+		   long *out, int *isnull)
 {
 	PGresult   *res;
-	const char *params[1] = {param};
 	int			rc = -1;
 
-	res = PQexecParams(conn, sql, param ? 1 : 0, NULL, params, NULL, NULL, 0);
+	res = PQexecParams(conn, sql, nparams, NULL, params, NULL, NULL, 0);
 	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
 	{
+		if (isnull)
+			*isnull = PQgetisnull(res, 0, 0);
 		*out = atol(PQgetvalue(res, 0, 0));
 		rc = 0;
 	}
@@ -270,6 +318,15 @@ exec_count(PGconn *conn, const char *sql, const char *param, long *out)
 		logmsg("connection lost: %s", first_line(PQerrorMessage(conn)));
 	PQclear(res);
 	return rc;
+}
+
+/* exec_value with at most one parameter, for a count */
+static int
+exec_count(PGconn *conn, const char *sql, const char *param, long *out)
+{
+	const char *params[1] = {param};
+
+	return exec_value(conn, sql, param ? 1 : 0, params, out, NULL);
 }
 
 static int
@@ -340,7 +397,45 @@ relay_connect(void)
 	return conn;
 }
 
-/* Claim, push, release failures, ack; until nothing is pending. */
+/*
+ * Give one row back after a failed push, with retry_after and the error
+ * (outbox_release), or dead-letter it after a refusal (outbox_reject).
+ */
+static int
+settle_failed(PGconn *conn, long long id, PushResult result, const char *error)
+{
+	char		id_text[24];
+	char		retry_text[16];
+	long		n;
+
+	snprintf(id_text, sizeof(id_text), "%lld", id);
+	snprintf(retry_text, sizeof(retry_text), "%d", retry_after_ms);
+	if (result == PUSH_REFUSED)
+	{
+		const char *params[2] = {id_text, error};
+
+		if (exec_value(conn,
+					   "SELECT outbox_reject(ARRAY[$1::bigint], error => $2)",
+					   2, params, &n, NULL) != 0)
+			return -1;
+		cnt_rejected += n;
+	}
+	else
+	{
+		const char *params[3] = {id_text, retry_text, error};
+
+		if (exec_value(conn,
+					   "SELECT outbox_release(ARRAY[$1::bigint],"
+					   " retry_after => NULLIF($2::integer, 0) * interval '1 ms',"
+					   " error => $3)",
+					   3, params, &n, NULL) != 0)
+			return -1;
+		cnt_released += n;
+	}
+	return 0;
+}
+
+/* Claim, push, release failures, reject refusals, ack; until nothing is claimable. */
 static int
 drain(PGconn *conn)
 {
@@ -351,7 +446,7 @@ drain(PGconn *conn)
 	while (!stopping)
 	{
 		PGresult   *res;
-		IdList		give_back = {0};
+		IdList		give_back = {0};	/* claimed, never pushed */
 		int			nrows;
 		int			rc = 0;
 
@@ -377,6 +472,8 @@ drain(PGconn *conn)
 			OutboxRow	row;
 			unsigned char *payload;
 			size_t		len;
+			PushResult	result;
+			char		error[256];
 
 			row.id = atoll(PQgetvalue(res, i, 0));
 			if (stopping)
@@ -392,22 +489,28 @@ drain(PGconn *conn)
 			row.payload = payload;
 			row.payload_len = len;
 			row.delivery_attempts = atoi(PQgetvalue(res, i, 5));
-			if (deliver(&row) == 0)
+			result = deliver(&row, error, sizeof(error));
+			PQfreemem(payload);
+			if (result == PUSH_OK)
 			{
 				cnt_pushed++;
 				idlist_add(&unacked, row.id);
+				continue;
 			}
-			else
-			{
+			logmsg("push %s: id %lld to %s: %s",
+				   result == PUSH_REFUSED ? "refused" : "failed",
+				   row.id, row.recipient, error);
+			if (result == PUSH_FAILED)
 				cnt_failed++;
-				idlist_add(&give_back, row.id);
-			}
-			PQfreemem(payload);
+			/* one call per row: each keeps its own error in last_error */
+			if (rc == 0)
+				rc = settle_failed(conn, row.id, result, error);
 		}
 		PQclear(res);
 
-		if (give_back.n > 0)
+		if (give_back.n > 0 && rc == 0)
 		{
+			/* back at once, for another relay */
 			char	   *lit = idlist_literal(&give_back);
 			long		n;
 
@@ -421,8 +524,6 @@ drain(PGconn *conn)
 		free(give_back.ids);
 		if (rc != 0)
 			return -1;
-		if (give_back.n > 0)
-			sleep_ms(retry_delay_ms);
 	}
 	return 0;
 }
@@ -451,9 +552,10 @@ sweep(PGconn *conn)
 }
 
 /*
- * Sleep until a notification, a signal, the next sweep or WAIT_MS.  Returns
- * -1 when the connection is gone.  Notifications that arrived during a
- * query are already queued in libpq: then do not sleep at all.
+ * Sleep until a notification, a signal, the next sweep, the next row
+ * falling due or WAIT_MS.  Returns -1 when the connection is gone.
+ * Notifications that arrived during a query are already queued in libpq:
+ * then do not sleep at all.
  */
 static int
 wait_for_work(PGconn *conn)
@@ -462,7 +564,21 @@ wait_for_work(PGconn *conn)
 	PGnotify   *n;
 	int			woken = 0;
 	int			timeout = wait_ms;
+	long		due_ms;
+	int			no_due;
 	char		buf[64];
+
+	/*
+	 * Milliseconds until the earliest row that is pending but not claimable
+	 * yet falls due; NULL when there is none.
+	 */
+	if (exec_value(conn,
+				   "SELECT LEAST(ceil(EXTRACT(epoch FROM outbox_next_due()"
+				   "                           - clock_timestamp()) * 1000), 2147483647)::integer",
+				   0, NULL, &due_ms, &no_due) != 0)
+		return -1;
+	if (!no_due && due_ms < timeout)
+		timeout = due_ms < 0 ? 0 : (int) due_ms;
 
 	while ((n = PQnotifies(conn)) != NULL)
 	{
@@ -540,11 +656,13 @@ main(void)
 	wait_ms = env_int("WAIT_MS", 5000);
 	sweep_every = env_int("SWEEP_EVERY", 30);
 	reclaim_after = env_int("RECLAIM_AFTER", 60);
-	retry_delay_ms = env_int("RETRY_DELAY_MS", 1000);
+	retry_after_ms = env_int("RETRY_AFTER_MS", 1000);
 	backoff_min_ms = env_int("BACKOFF_MIN_MS", 100);
 	backoff_max_ms = env_int("BACKOFF_MAX_MS", 30000);
 	fail_every = env_int("FAIL_EVERY", 0);
 	push_delay_ms = env_int("PUSH_DELAY_MS", 0);
+	fail_once_payload = getenv("FAIL_ONCE_PAYLOAD") ? getenv("FAIL_ONCE_PAYLOAD") : "";
+	refuse_payload = getenv("REFUSE_PAYLOAD") ? getenv("REFUSE_PAYLOAD") : "";
 
 	if (pipe(wake_pipe) != 0)
 	{
@@ -587,9 +705,9 @@ main(void)
 	if (unacked.n > 0)
 		logmsg("%d pushed rows could not be acked; the sweep (outbox_reclaim) will redeliver them",
 			   unacked.n);
-	logmsg("stopped: pushed %ld, acked %ld, released %ld, failed %ld, connects %ld, reclaimed %ld",
-		   cnt_pushed, cnt_acked, cnt_released, cnt_failed, cnt_connects,
-		   cnt_reclaimed);
+	logmsg("stopped: pushed %ld, acked %ld, released %ld, failed %ld, rejected %ld, connects %ld, reclaimed %ld",
+		   cnt_pushed, cnt_acked, cnt_released, cnt_failed, cnt_rejected,
+		   cnt_connects, cnt_reclaimed);
 	free(unacked.ids);
 	return 0;
 }

@@ -9,7 +9,8 @@
 //   drain -> wait for a notification (or a timeout) -> drain -> ...
 //
 //   drain:  rows = outbox_claim(BATCH); deliver() each row;
-//           outbox_release(failed ids); outbox_ack(pushed ids);
+//           outbox_release(failed ids, retry_after, error);
+//           outbox_reject(refused ids, error); outbox_ack(pushed ids);
 //           until a claim comes back empty.
 //
 // - LISTEN comes before the first drain, on every (re)connect: a row
@@ -21,8 +22,18 @@
 // - Ack after the push, never before.  Ids pushed but not acked when the
 //   connection broke are acked first thing after reconnecting (a late ack is
 //   still proof of delivery).
-// - A failed push gives its row back with outbox_release() (notified again,
-//   retried after RETRY_DELAY_MS).
+// - A failed push (deliver() throws: the recipient is down, a timeout, a
+//   5xx-like answer) gives its row back with outbox_release(ids,
+//   retry_after => RETRY_AFTER_MS, error => ...): no relay claims it before
+//   then, and last_error keeps the reason.
+// - A refused push (deliver() throws a PushRefused: the recipient can never
+//   take this payload, a 4xx-like answer) dead-letters its row at once with
+//   outbox_reject(ids, error => ...): it moves to the dead-letter table
+//   <outbox>_dead (dead_reason 'rejected'); outbox_redrive() puts it back.
+// - Before sleeping, the relay asks outbox_next_due() when the next row not
+//   claimable yet (released with retry_after, backed off, scheduled) falls
+//   due, and sleeps no longer: without the background worker nothing else
+//   wakes it for such a row.
 // - Rows claimed by a relay that died stay 'delivered'; every SWEEP_EVERY
 //   seconds the relay runs outbox_reclaim(RECLAIM_AFTER seconds) to put them
 //   back to pending.  Several relays sweeping is harmless.
@@ -36,9 +47,12 @@
 // Settings (environment), as in the Python and C relays:
 //   OUTBOX_CHANNEL (delivery_outbox)  BATCH (100)  WAIT_MS (5000)
 //   SWEEP_EVERY (30 s, 0 = never)     RECLAIM_AFTER (60 s)
-//   RETRY_DELAY_MS (1000)             BACKOFF_MIN_MS (100) BACKOFF_MAX_MS (30000)
-//   FAIL_EVERY (test hook: every Nth push fails; 0 = never)
-//   PUSH_DELAY_MS (test hook: each push takes this long)
+//   RETRY_AFTER_MS (1000: retry_after of a failed push; 0 = none, the
+//   outbox's backoff_base decides)    BACKOFF_MIN_MS (100) BACKOFF_MAX_MS (30000)
+//   test hooks: FAIL_EVERY (every Nth push fails; 0 = never),
+//   FAIL_ONCE_PAYLOAD (the first push of a row with exactly this payload
+//   fails), REFUSE_PAYLOAD (the recipient refuses a row with exactly this
+//   payload), PUSH_DELAY_MS (each push takes this long)
 //
 // Each successful push prints "recipient id" on stdout; the log goes to
 // stderr.
@@ -59,11 +73,13 @@ const BATCH = envInt('BATCH', 100);
 const WAIT_MS = envInt('WAIT_MS', 5000);
 const SWEEP_EVERY = envInt('SWEEP_EVERY', 30);
 const RECLAIM_AFTER = envInt('RECLAIM_AFTER', 60);
-const RETRY_DELAY_MS = envInt('RETRY_DELAY_MS', 1000);
+const RETRY_AFTER_MS = envInt('RETRY_AFTER_MS', 1000);
 const BACKOFF_MIN_MS = envInt('BACKOFF_MIN_MS', 100);
 const BACKOFF_MAX_MS = envInt('BACKOFF_MAX_MS', 30000);
 const FAIL_EVERY = envInt('FAIL_EVERY', 0);
 const PUSH_DELAY_MS = envInt('PUSH_DELAY_MS', 0);
+const FAIL_ONCE_PAYLOAD = Buffer.from(process.env.FAIL_ONCE_PAYLOAD || '');
+const REFUSE_PAYLOAD = Buffer.from(process.env.REFUSE_PAYLOAD || '');
 
 function log(msg) {
   process.stderr.write(`relay: ${msg}\n`);
@@ -71,15 +87,28 @@ function log(msg) {
 
 // --- the push: replace this --------------------------------------------------
 
+// The recipient can never take this row (a 4xx-like answer: malformed,
+// unknown kind, forbidden): the row is dead-lettered, not retried.
+class PushRefused extends Error {}
+
 let pushes = 0;
 
-// Push one claimed row to row.recipient; throw (or reject) to have it
-// released.  row has the outbox columns: id (a string: bigint), recipient,
-// kind, tenant_id, payload (a Buffer), delivery_attempts (1 on the first
-// push).  Recipients dedupe by row.id: delivery is at-least-once.
+// Push one claimed row to row.recipient.  Throw a PushRefused if the
+// recipient refuses the row for good (it is dead-lettered), any other error
+// to have it retried later.  row has the outbox columns: id (a string:
+// bigint), recipient, kind, tenant_id, payload (a Buffer), delivery_attempts
+// (1 on the first push).  Recipients dedupe by row.id: delivery is
+// at-least-once.
 async function deliver(row) {
   pushes += 1;
   if (PUSH_DELAY_MS > 0) await sleepMs(PUSH_DELAY_MS);
+  if (REFUSE_PAYLOAD.length > 0 && row.payload.equals(REFUSE_PAYLOAD)) {
+    throw new PushRefused(`${row.recipient} refused the payload (REFUSE_PAYLOAD)`);
+  }
+  if (FAIL_ONCE_PAYLOAD.length > 0 && row.payload.equals(FAIL_ONCE_PAYLOAD) &&
+      row.delivery_attempts === 1) {
+    throw new Error(`injected failure (FAIL_ONCE_PAYLOAD, attempt ${row.delivery_attempts})`);
+  }
   if (FAIL_EVERY > 0 && pushes % FAIL_EVERY === 0) {
     throw new Error(`injected failure (push ${pushes})`);
   }
@@ -101,7 +130,9 @@ class Relay {
     this.client = null;       // the connection in use
     this.unacked = [];        // pushed, ack not yet confirmed
     this.nextSweep = 0;
-    this.counts = { pushed: 0, acked: 0, released: 0, failed: 0, connects: 0, reclaimed: 0 };
+    this.counts = {
+      pushed: 0, acked: 0, released: 0, failed: 0, rejected: 0, connects: 0, reclaimed: 0,
+    };
     const onSignal = (sig) => {
       if (!this.stopping) log(`${sig}: finishing the current batch, then stopping`);
       this.stopping = true;
@@ -161,7 +192,8 @@ class Relay {
     this.unacked = [];
   }
 
-  // Claim, push, release failures, ack; until nothing is pending.
+  // Claim, push, release failures, reject refusals, ack; until nothing is
+  // claimable.
   async drain(client) {
     while (!this.stopping) {
       this.woken = false;
@@ -169,10 +201,12 @@ class Relay {
         'SELECT id, recipient, kind, tenant_id, payload, delivery_attempts' +
         '  FROM outbox_claim($1)', [BATCH]);
       if (rows.length === 0) return;
-      const giveBack = [];
+      const unpushed = [];            // claimed, never pushed
+      const failed = [];              // [id, error]: retry later
+      const refused = [];             // [id, error]: dead-letter
       for (const row of rows) {
         if (this.stopping) {          // shutting down: not pushed
-          giveBack.push(row.id);
+          unpushed.push(row.id);
           continue;
         }
         try {
@@ -180,20 +214,44 @@ class Relay {
           this.counts.pushed += 1;
           this.unacked.push(row.id);
         } catch (err) {
-          log(`push failed: id ${row.id} to ${row.recipient}: ${err.message}`);
-          this.counts.failed += 1;
-          giveBack.push(row.id);
+          if (err instanceof PushRefused) {
+            log(`push refused: id ${row.id} to ${row.recipient}: ${err.message}`);
+            refused.push([row.id, err.message]);
+          } else {
+            log(`push failed: id ${row.id} to ${row.recipient}: ${err.message}`);
+            this.counts.failed += 1;
+            failed.push([row.id, err.message]);
+          }
         }
       }
-      if (giveBack.length > 0) {
-        const res = await client.query('SELECT outbox_release($1::bigint[]) AS n', [giveBack]);
+      // One call per row: each keeps its own error in last_error.
+      for (const [id, error] of failed) {
+        const res = await client.query(
+          'SELECT outbox_release(ARRAY[$1::bigint],' +
+          " retry_after => NULLIF($2::integer, 0) * interval '1 ms'," +
+          ' error => $3) AS n', [id, RETRY_AFTER_MS, error]);
+        this.counts.released += res.rows[0].n;
+      }
+      for (const [id, error] of refused) {
+        const res = await client.query(
+          'SELECT outbox_reject(ARRAY[$1::bigint], error => $2) AS n', [id, error]);
+        this.counts.rejected += res.rows[0].n;
+      }
+      if (unpushed.length > 0) {      // back at once, for another relay
+        const res = await client.query('SELECT outbox_release($1::bigint[]) AS n', [unpushed]);
         this.counts.released += res.rows[0].n;
       }
       await this.ack(client);
-      if (giveBack.length > 0 && !this.stopping) {
-        await sleepMs(RETRY_DELAY_MS);
-      }
     }
+  }
+
+  // Milliseconds until the earliest row that is pending but not claimable
+  // yet falls due (0 if it is due already), or null when there is none.
+  async untilNextDue(client) {
+    const res = await client.query(
+      'SELECT ceil(EXTRACT(epoch FROM outbox_next_due() - clock_timestamp()) * 1000)::float8 AS ms');
+    const ms = res.rows[0].ms;
+    return ms === null ? null : Math.max(ms, 0);
   }
 
   async sweep(client) {
@@ -217,6 +275,8 @@ class Relay {
     await this.drain(client);
     while (!this.stopping) {
       let timeout = WAIT_MS;
+      const due = await this.untilNextDue(client);
+      if (due !== null) timeout = Math.min(timeout, due);
       if (SWEEP_EVERY > 0) timeout = Math.min(timeout, this.nextSweep - Date.now());
       await this.sleep(timeout);
       if (client.broken) throw client.broken;

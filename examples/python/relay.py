@@ -9,7 +9,8 @@ around it is the one README's "relay loop" describes:
   drain -> wait for a notification (or a timeout) -> drain -> ...
 
   drain:  rows = outbox_claim(BATCH); deliver() each row;
-          outbox_release(failed ids); outbox_ack(pushed ids);
+          outbox_release(failed ids, retry_after, error);
+          outbox_reject(refused ids, error); outbox_ack(pushed ids);
           until a claim comes back empty.
 
 - LISTEN comes before the first drain, on every (re)connect: a row committed
@@ -20,8 +21,19 @@ around it is the one README's "relay loop" describes:
   connection broke are acked first thing after reconnecting (a late ack is
   still proof of delivery), so a broken connection does not cause
   redeliveries by itself.
-- A failed push gives its row back with outbox_release() (the row is
-  notified again and retried after RETRY_DELAY_MS).
+- A failed push (deliver() raises PushFailed, or any other error: the
+  recipient is down, a timeout) gives its row back with
+  outbox_release(ids, retry_after => RETRY_AFTER_MS, error => ...): no
+  relay claims it before then, and last_error keeps the reason.
+- A refused push (deliver() raises PushRefused: the recipient answered that
+  it can never take this payload, a 4xx-like permanent error) dead-letters
+  its row at once with outbox_reject(ids, error => ...): it leaves the
+  outbox for the dead-letter table <outbox>_dead (dead_reason 'rejected'),
+  from where outbox_redrive() can put it back.
+- Before sleeping, the relay asks outbox_next_due() when the next row that
+  is not claimable yet (released with retry_after, backed off, scheduled)
+  falls due, and sleeps no longer than that: without the background
+  worker, nothing else wakes it for such a row.
 - Rows claimed by a relay that died stay 'delivered'; every SWEEP_EVERY
   seconds the relay runs outbox_reclaim(RECLAIM_AFTER seconds) to put them
   back to pending.  Several relays sweeping is harmless.
@@ -39,9 +51,14 @@ PGPASSWORD or ~/.pgpass, PGAPPNAME, PGOPTIONS ...).  Settings (environment):
                                               default 5000
   SWEEP_EVERY      seconds between sweeps, 0 = never      default 30
   RECLAIM_AFTER    seconds a row may stay delivered unacked  default 60
-  RETRY_DELAY_MS   pause after a failed push  default 1000
+  RETRY_AFTER_MS   retry_after of a failed push; 0 = none, the outbox's
+                   backoff_base decides           default 1000
   BACKOFF_MIN_MS / BACKOFF_MAX_MS             default 100 / 30000
   FAIL_EVERY       test hook: every Nth push fails        default 0 (never)
+  FAIL_ONCE_PAYLOAD  test hook: the first push of a row with exactly this
+                   payload fails                           default none
+  REFUSE_PAYLOAD   test hook: the recipient refuses a row with exactly this
+                   payload                                 default none
   PUSH_DELAY_MS    test hook: each push takes this long   default 0
 
 Each successful push prints "recipient id" on stdout; the log goes to stderr.
@@ -72,11 +89,13 @@ BATCH = env_int("BATCH", 100)
 WAIT_MS = env_int("WAIT_MS", 5000)
 SWEEP_EVERY = env_int("SWEEP_EVERY", 30)
 RECLAIM_AFTER = env_int("RECLAIM_AFTER", 60)
-RETRY_DELAY_MS = env_int("RETRY_DELAY_MS", 1000)
+RETRY_AFTER_MS = env_int("RETRY_AFTER_MS", 1000)
 BACKOFF_MIN_MS = env_int("BACKOFF_MIN_MS", 100)
 BACKOFF_MAX_MS = env_int("BACKOFF_MAX_MS", 30000)
 FAIL_EVERY = env_int("FAIL_EVERY", 0)
 PUSH_DELAY_MS = env_int("PUSH_DELAY_MS", 0)
+FAIL_ONCE_PAYLOAD = os.environ.get("FAIL_ONCE_PAYLOAD", "").encode()
+REFUSE_PAYLOAD = os.environ.get("REFUSE_PAYLOAD", "").encode()
 
 
 def log(msg):
@@ -86,23 +105,35 @@ def log(msg):
 # --- the push: replace this -------------------------------------------------
 
 class PushFailed(Exception):
-    pass
+    """The push did not go through this time (recipient down, timeout, a
+    5xx-like answer): the row is released and retried later."""
+
+
+class PushRefused(Exception):
+    """The recipient can never take this row (a 4xx-like answer: malformed,
+    unknown kind, forbidden): the row is dead-lettered."""
 
 
 _pushes = 0
 
 
 def deliver(row):
-    """Push one claimed row to row.recipient; raise to have it released.
+    """Push one claimed row to row.recipient.
 
-    row has the outbox columns: id, recipient, kind, tenant_id, payload
-    (bytes), delivery_attempts (1 on the first push).  Recipients dedupe by
-    row.id: delivery is at-least-once.
+    Raise PushRefused if the recipient refuses the row for good (it is
+    dead-lettered), any other exception to have it retried later.  row has
+    the outbox columns: id, recipient, kind, tenant_id, payload (bytes),
+    delivery_attempts (1 on the first push).  Recipients dedupe by row.id:
+    delivery is at-least-once.
     """
     global _pushes
     _pushes += 1
     if PUSH_DELAY_MS:
         time.sleep(PUSH_DELAY_MS / 1000.0)
+    if REFUSE_PAYLOAD and row.payload == REFUSE_PAYLOAD:
+        raise PushRefused(f"{row.recipient} refused the payload (REFUSE_PAYLOAD)")
+    if FAIL_ONCE_PAYLOAD and row.payload == FAIL_ONCE_PAYLOAD and row.delivery_attempts == 1:
+        raise PushFailed(f"injected failure (FAIL_ONCE_PAYLOAD, attempt {row.delivery_attempts})")
     if FAIL_EVERY and _pushes % FAIL_EVERY == 0:
         raise PushFailed(f"injected failure (push {_pushes})")
     print(f"{row.recipient} {row.id}", flush=True)
@@ -118,7 +149,7 @@ class Relay:
         self.unacked = []           # pushed, ack not yet confirmed
         self.next_sweep = 0.0
         self.counts = dict(pushed=0, acked=0, released=0, failed=0,
-                           connects=0, reclaimed=0)
+                           rejected=0, connects=0, reclaimed=0)
         # SIGTERM/SIGINT set a flag and, through the wake-up fd, end any
         # select() at once.
         self.wake_r, wake_w = os.pipe()
@@ -165,7 +196,8 @@ class Relay:
             self.unacked = []
 
     def drain(self, conn):
-        """Claim, push, release failures, ack; until nothing is pending."""
+        """Claim, push, release failures, reject refusals, ack; until
+        nothing is claimable."""
         while not self.stopping:
             self.woken = False
             rows = conn.execute(
@@ -174,27 +206,41 @@ class Relay:
                 "  FROM outbox_claim(%s)", (BATCH,)).fetchall()
             if not rows:
                 return
-            give_back = []
+            unpushed = []                  # claimed, never pushed
+            failed = []                    # (id, error): retry later
+            refused = []                   # (id, error): dead-letter
             for row in rows:
                 if self.stopping:          # shutting down: not pushed
-                    give_back.append(row.id)
+                    unpushed.append(row.id)
                     continue
                 try:
                     self.push(row)
+                except PushRefused as e:
+                    log(f"push refused: id {row.id} to {row.recipient}: {e}")
+                    refused.append((row.id, str(e)))
                 except Exception as e:     # noqa: BLE001 -- any push error
                     log(f"push failed: id {row.id} to {row.recipient}: {e}")
                     self.counts["failed"] += 1
-                    give_back.append(row.id)
+                    failed.append((row.id, str(e)))
                 else:
                     self.counts["pushed"] += 1
                     self.unacked.append(row.id)
-            if give_back:
-                n = conn.execute("SELECT outbox_release(%s::bigint[]) AS n",
-                                 (give_back,)).fetchone().n
-                self.counts["released"] += n
+            # One call per row: each keeps its own error in last_error.
+            for row_id, error in failed:
+                self.counts["released"] += conn.execute(
+                    "SELECT outbox_release(ARRAY[%s::bigint],"
+                    " retry_after => NULLIF(%s::integer, 0) * interval '1 ms',"
+                    " error => %s) AS n",
+                    (row_id, RETRY_AFTER_MS, error)).fetchone().n
+            for row_id, error in refused:
+                self.counts["rejected"] += conn.execute(
+                    "SELECT outbox_reject(ARRAY[%s::bigint], error => %s) AS n",
+                    (row_id, error)).fetchone().n
+            if unpushed:                   # back at once, for another relay
+                self.counts["released"] += conn.execute(
+                    "SELECT outbox_release(%s::bigint[]) AS n",
+                    (unpushed,)).fetchone().n
             self.ack(conn)
-            if give_back and not self.stopping:
-                self.sleep(RETRY_DELAY_MS / 1000.0)
 
     def sweep(self, conn):
         if SWEEP_EVERY <= 0 or time.monotonic() < self.next_sweep:
@@ -208,10 +254,19 @@ class Relay:
                 f"and never acked are pending again")
 
     def wait(self, conn):
-        """Sleep until a notification, a signal, the next sweep or WAIT_MS."""
+        """Sleep until a notification, a signal, the next sweep, the next
+        row falling due or WAIT_MS."""
+        # Milliseconds until the earliest row that is pending but not
+        # claimable yet falls due; NULL when there is none.
+        due_ms = conn.execute(
+            "SELECT ceil(EXTRACT(epoch FROM outbox_next_due()"
+            "                               - clock_timestamp()) * 1000)::bigint"
+            "  AS ms").fetchone().ms
         if self.woken:
             return
         timeout = WAIT_MS / 1000.0
+        if due_ms is not None:
+            timeout = min(timeout, max(due_ms, 0) / 1000.0)
         if SWEEP_EVERY > 0:
             timeout = min(timeout, self.next_sweep - time.monotonic())
         if self.sleep(timeout, conn):

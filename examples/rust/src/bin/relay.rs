@@ -8,7 +8,8 @@
 //!   drain -> wait for a notification (or a timeout) -> drain -> ...
 //!
 //!   drain: rows = outbox_claim(BATCH); deliver() each row;
-//!          outbox_release(failed ids); outbox_ack(pushed ids);
+//!          outbox_release(failed ids, retry_after, error);
+//!          outbox_reject(refused ids, error); outbox_ack(pushed ids);
 //!          until a claim comes back empty.
 //!
 //! - LISTEN comes before the first drain, on every (re)connect: a row
@@ -17,8 +18,18 @@
 //!   claims by state, so one missed while disconnected costs nothing.
 //! - Ack after the push, never before; ids pushed but not acked when the
 //!   connection broke are acked first thing after reconnecting.
-//! - A failed push gives its row back with outbox_release() (notified
-//!   again; the relay waits RETRY_DELAY_MS before its next claim).
+//! - A failed push (`Push::Failed`: the recipient is down, a timeout, a
+//!   5xx-like answer) gives its row back with outbox_release(ids,
+//!   retry_after => RETRY_AFTER_MS, error => ...): no relay claims it
+//!   before then, and last_error keeps the reason.
+//! - A refused push (`Push::Refused`: the recipient can never take this
+//!   payload, a 4xx-like answer) dead-letters its row at once with
+//!   outbox_reject(ids, error => ...): it moves to the dead-letter table
+//!   <outbox>_dead (dead_reason 'rejected'); outbox_redrive() puts it back.
+//! - Before sleeping, the relay asks outbox_next_due() when the next row
+//!   not claimable yet (released with retry_after, backed off, scheduled)
+//!   falls due, and sleeps no longer: without the background worker
+//!   nothing else wakes it for such a row.
 //! - Every SWEEP_EVERY seconds, outbox_reclaim(RECLAIM_AFTER seconds) puts
 //!   rows claimed by a relay that died back to pending.
 //! - Connection loss: reconnect with exponential backoff (BACKOFF_MIN_MS,
@@ -29,9 +40,12 @@
 //! Connection: the libpq environment (see lib.rs).  Settings
 //! (environment): OUTBOX (the outbox table; default the extension's),
 //! OUTBOX_CHANNEL (delivery_outbox), BATCH (100), WAIT_MS (5000),
-//! SWEEP_EVERY (30 s, 0 = never), RECLAIM_AFTER (60 s), RETRY_DELAY_MS
-//! (1000), BACKOFF_MIN_MS (100), BACKOFF_MAX_MS (30000), FAIL_EVERY (test
-//! hook: every Nth push fails; 0 = never), PUSH_DELAY_MS (test hook).
+//! SWEEP_EVERY (30 s, 0 = never), RECLAIM_AFTER (60 s), RETRY_AFTER_MS
+//! (1000: retry_after of a failed push; 0 = none, the outbox's backoff_base
+//! decides), BACKOFF_MIN_MS (100), BACKOFF_MAX_MS (30000); test hooks:
+//! FAIL_EVERY (every Nth push fails; 0 = never), FAIL_ONCE_PAYLOAD (the
+//! first push of a row with exactly this payload fails), REFUSE_PAYLOAD
+//! (the recipient refuses a row with exactly this payload), PUSH_DELAY_MS.
 //!
 //! Each successful push prints "recipient id" on stdout; the log goes to
 //! stderr.
@@ -57,11 +71,13 @@ struct Settings {
     wait: Duration,
     sweep_every: Duration,
     reclaim_after: f64,
-    retry_delay: Duration,
+    retry_after_ms: i32,
     backoff_min_ms: u64,
     backoff_max_ms: u64,
     fail_every: u64,
     push_delay: Duration,
+    fail_once_payload: Vec<u8>,
+    refuse_payload: Vec<u8>,
 }
 
 #[derive(Default)]
@@ -71,6 +87,7 @@ struct Stats {
     acked: u64,
     released: u64,
     failed: u64,
+    rejected: u64,
     connects: u64,
     reclaimed: u64,
 }
@@ -91,22 +108,53 @@ fn log(message: &str) {
     eprintln!("relay: {}", message);
 }
 
+/// One claimed row, as `deliver()` sees it.
+struct Row {
+    id: i64,
+    recipient: String,
+    payload: Vec<u8>,
+    delivery_attempts: i32,
+}
+
+/// Why a push did not go through.
+enum Push {
+    /// Not this time: the row is released and retried later.
+    Failed(String),
+    /// Never: the recipient refuses the row for good; it is dead-lettered.
+    Refused(String),
+}
+
 /// Push one row to its recipient: here, print it (and the test hooks).
-async fn deliver(s: &Settings, stats: &mut Stats, id: i64, recipient: &str) -> bool {
+/// Recipients dedupe by id: delivery is at-least-once.
+async fn deliver(s: &Settings, stats: &mut Stats, row: &Row) -> std::result::Result<(), Push> {
     stats.pushes += 1;
     if !s.push_delay.is_zero() {
         tokio::time::sleep(s.push_delay).await;
     }
-    if s.fail_every > 0 && stats.pushes % s.fail_every == 0 {
-        log(&format!(
-            "push failed: id {} to {}: injected failure (push {})",
-            id, recipient, stats.pushes
-        ));
-        return false;
+    if !s.refuse_payload.is_empty() && row.payload == s.refuse_payload {
+        return Err(Push::Refused(format!(
+            "{} refused the payload (REFUSE_PAYLOAD)",
+            row.recipient
+        )));
     }
-    println!("{} {}", recipient, id);
+    if !s.fail_once_payload.is_empty()
+        && row.payload == s.fail_once_payload
+        && row.delivery_attempts == 1
+    {
+        return Err(Push::Failed(format!(
+            "injected failure (FAIL_ONCE_PAYLOAD, attempt {})",
+            row.delivery_attempts
+        )));
+    }
+    if s.fail_every > 0 && stats.pushes % s.fail_every == 0 {
+        return Err(Push::Failed(format!(
+            "injected failure (push {})",
+            stats.pushes
+        )));
+    }
+    println!("{} {}", row.recipient, row.id);
     let _ = std::io::stdout().flush();
-    true
+    Ok(())
 }
 
 async fn ack(client: &Client, s: &Settings, stats: &mut Stats, ids: &[i64]) -> Result<()> {
@@ -124,6 +172,7 @@ async fn ack(client: &Client, s: &Settings, stats: &mut Stats, ids: &[i64]) -> R
     Ok(())
 }
 
+/// Give claimed rows back at once (not pushed: shutting down).
 async fn release(client: &Client, s: &Settings, stats: &mut Stats, ids: &[i64]) -> Result<()> {
     if ids.is_empty() {
         return Ok(());
@@ -139,8 +188,60 @@ async fn release(client: &Client, s: &Settings, stats: &mut Stats, ids: &[i64]) 
     Ok(())
 }
 
-/// Claim, push, release and ack until a claim comes back empty (or a stop
-/// is requested).  `unacked` holds ids pushed but not acked yet.
+/// A row whose push failed: released with retry_after and its error
+/// (outbox_release), or, refused, dead-lettered (outbox_reject).  One call
+/// per row: each keeps its own error in last_error.
+async fn settle(
+    client: &Client,
+    s: &Settings,
+    stats: &mut Stats,
+    id: i64,
+    push: &Push,
+) -> Result<()> {
+    match push {
+        Push::Failed(error) => {
+            let n: i32 = client
+                .query_one(
+                    "SELECT outbox_release(ARRAY[$1::bigint],
+                                           retry_after => NULLIF($2::integer, 0) * interval '1 ms',
+                                           error => $3::text, outbox => $4::text::regclass)",
+                    &[&id, &s.retry_after_ms, error, &s.outbox],
+                )
+                .await?
+                .get(0);
+            stats.released += n as u64;
+        }
+        Push::Refused(error) => {
+            let n: i32 = client
+                .query_one(
+                    "SELECT outbox_reject(ARRAY[$1::bigint], error => $2::text,
+                                          outbox => $3::text::regclass)",
+                    &[&id, error, &s.outbox],
+                )
+                .await?
+                .get(0);
+            stats.rejected += n as u64;
+        }
+    }
+    Ok(())
+}
+
+/// How long until the earliest row that is pending but not claimable yet
+/// falls due (zero if due already), or None when there is none.
+async fn until_next_due(client: &Client, s: &Settings) -> Result<Option<Duration>> {
+    let ms: Option<f64> = client
+        .query_one(
+            "SELECT ceil(EXTRACT(epoch FROM outbox_next_due(outbox => $1::text::regclass)
+                                            - clock_timestamp()) * 1000)::float8",
+            &[&s.outbox],
+        )
+        .await?
+        .get(0);
+    Ok(ms.map(|ms| Duration::from_millis(ms.max(0.0) as u64)))
+}
+
+/// Claim, push, release, reject and ack until a claim comes back empty (or
+/// a stop is requested).  `unacked` holds ids pushed but not acked yet.
 async fn drain(
     client: &Client,
     s: &Settings,
@@ -151,38 +252,50 @@ async fn drain(
     while !stop.requested() {
         let rows = client
             .query(
-                "SELECT id, recipient FROM outbox_claim($1::integer, outbox => $2::text::regclass)",
+                "SELECT id, recipient, payload, delivery_attempts
+                   FROM outbox_claim($1::integer, outbox => $2::text::regclass)",
                 &[&s.batch, &s.outbox],
             )
             .await?;
         if rows.is_empty() {
             return Ok(());
         }
-        let mut give_back = Vec::new();
-        let mut failed = 0;
+        let mut unpushed = Vec::new();
         for row in &rows {
-            let id: i64 = row.get(0);
-            let recipient: String = row.get(1);
+            let row = Row {
+                id: row.get(0),
+                recipient: row.get(1),
+                payload: row.get(2),
+                delivery_attempts: row.get(3),
+            };
             if stop.requested() {
-                give_back.push(id);
-            } else if deliver(s, stats, id, &recipient).await {
-                stats.pushed += 1;
-                unacked.push(id);
-            } else {
-                stats.failed += 1;
-                failed += 1;
-                give_back.push(id);
+                unpushed.push(row.id);
+                continue;
+            }
+            match deliver(s, stats, &row).await {
+                Ok(()) => {
+                    stats.pushed += 1;
+                    unacked.push(row.id);
+                }
+                Err(push) => {
+                    let (what, error) = match &push {
+                        Push::Failed(e) => {
+                            stats.failed += 1;
+                            ("failed", e)
+                        }
+                        Push::Refused(e) => ("refused", e),
+                    };
+                    log(&format!(
+                        "push {}: id {} to {}: {}",
+                        what, row.id, row.recipient, error
+                    ));
+                    settle(client, s, stats, row.id, &push).await?;
+                }
             }
         }
-        release(client, s, stats, &give_back).await?;
+        release(client, s, stats, &unpushed).await?;
         ack(client, s, stats, unacked).await?;
         unacked.clear();
-        if failed > 0 && !stop.requested() {
-            tokio::select! {
-                _ = tokio::time::sleep(s.retry_delay) => {}
-                _ = stop.notify.notified() => {}
-            }
-        }
     }
     Ok(())
 }
@@ -250,6 +363,10 @@ async fn session(
                 continue;
             }
         }
+        let wait = match until_next_due(&client, s).await? {
+            Some(due) => due.min(s.wait),
+            None => s.wait,
+        };
         tokio::select! {
             wakeup = wakeups.recv() => {
                 if wakeup.is_none() {
@@ -257,7 +374,7 @@ async fn session(
                 }
                 while wakeups.try_recv().is_ok() {}
             }
-            _ = tokio::time::sleep(s.wait) => {}
+            _ = tokio::time::sleep(wait) => {}
             _ = stop.notify.notified() => return Ok(()),
         }
     }
@@ -272,11 +389,13 @@ async fn main() {
         wait: Duration::from_millis(setting("WAIT_MS", 5000)),
         sweep_every: Duration::from_secs(setting("SWEEP_EVERY", 30)),
         reclaim_after: setting("RECLAIM_AFTER", 60.0),
-        retry_delay: Duration::from_millis(setting("RETRY_DELAY_MS", 1000)),
+        retry_after_ms: setting("RETRY_AFTER_MS", 1000),
         backoff_min_ms: setting("BACKOFF_MIN_MS", 100),
         backoff_max_ms: setting("BACKOFF_MAX_MS", 30000),
         fail_every: setting("FAIL_EVERY", 0),
         push_delay: Duration::from_millis(setting("PUSH_DELAY_MS", 0)),
+        fail_once_payload: setting("FAIL_ONCE_PAYLOAD", String::new()).into_bytes(),
+        refuse_payload: setting("REFUSE_PAYLOAD", String::new()).into_bytes(),
     };
     let stop = Arc::new(Stop {
         requested: AtomicBool::new(false),
@@ -322,7 +441,13 @@ async fn main() {
         backoff_ms = (backoff_ms * 2).min(s.backoff_max_ms);
     }
     log(&format!(
-        "stopped: pushed {}, acked {}, released {}, failed {}, connects {}, reclaimed {}",
-        stats.pushed, stats.acked, stats.released, stats.failed, stats.connects, stats.reclaimed
+        "stopped: pushed {}, acked {}, released {}, failed {}, rejected {}, connects {}, reclaimed {}",
+        stats.pushed,
+        stats.acked,
+        stats.released,
+        stats.failed,
+        stats.rejected,
+        stats.connects,
+        stats.reclaimed
     ));
 }
