@@ -35,6 +35,20 @@
 #   9. run the producer example: the committed order and its outbox row
 #      exist, the rolled-back ones do not.
 #
+# and, for the postgres_exporter queries ("exporter"), on a server that
+# preloads delivery_outbox (this one if it does, else a throwaway cluster of
+# its own: initdb, unix socket only), an outbox with rows in every state,
+# dead letters, a released, a reclaimed and a scheduled row, and a second
+# outbox with dead letters of its own:
+#   1. check_queries.py runs every query of queries.yaml as the monitoring
+#      role and checks the values;
+#   2. Debian's prometheus-postgres-exporter (--extend.query-path, on
+#      127.0.0.1 and a free port, DATA_SOURCE_NAME on the unix socket, as the
+#      monitoring role) is scraped with curl: every query ran, and the dead
+#      letter, redelivery and waiting metrics have the expected values; it is
+#      stopped by its pid.  Without the exporter (or curl) these checks are
+#      skipped, with the reason ("ok N - ... # skip ...").
+#
 # Output is TAP ("ok N - ...", "not ok N - ...", "# ..." diagnostics, "1..N"
 # at the end); exit status 1 if a test failed.  scripts/test.sh runs it as
 # its "examples" suite; by hand it needs a server reachable through the PG*
@@ -47,7 +61,8 @@
 # Knobs: EXAMPLES_ROWS (200), EXAMPLES_TIMEOUT (60 s per wait),
 # EXAMPLES_WORK (directory for logs; default a new temporary one, removed
 # unless a test failed), EXAMPLES_KEEP=1 (keep the databases and the role),
-# PG_CONFIG (for the C build), NPM (npm command).
+# PG_CONFIG (for the C build and the exporter's cluster), NPM (npm command),
+# POSTGRES_EXPORTER (default /usr/bin/prometheus-postgres-exporter).
 
 set -uo pipefail
 
@@ -59,6 +74,7 @@ MONITOR=delivery_outbox_example_monitor
 PYTHON=/usr/bin/python3
 NPM=${NPM:-npm}
 ADMIN_DB=${PGDATABASE:-postgres}
+EXPORTER=${POSTGRES_EXPORTER:-/usr/bin/prometheus-postgres-exporter}
 
 if [ -n "${EXAMPLES_WORK:-}" ]; then
     WORK=$EXAMPLES_WORK
@@ -72,9 +88,13 @@ fi
 T=0
 FAILED=0
 RELAY_PID=
+EXPORTER_PID=
+PRIVATE_PGDATA=
+PRIVATE_PG_CTL=
 
 ok()   { T=$((T + 1)); echo "ok $T - $*"; [ -n "${EXAMPLES_DEBUG:-}" ] && echo "#   at $(date +%T.%N)"; }
 nok()  { T=$((T + 1)); FAILED=$((FAILED + 1)); echo "not ok $T - $*"; }
+skip() { T=$((T + 1)); echo "ok $T - $1 # skip $2"; }
 diag() { printf '# %s\n' "$@"; }
 # show FILE [N]: the last N lines of FILE as diagnostics
 show() { [ -s "$1" ] && { diag "--- ${1#"$WORK"/} (last ${2:-40} lines)"; tail -n "${2:-40}" "$1" | sed 's/^/#   /'; }; }
@@ -88,6 +108,8 @@ cleanup()
         kill -KILL "$RELAY_PID" 2>/dev/null
         wait "$RELAY_PID" 2>/dev/null
     fi
+    stop_exporter
+    stop_private_cluster
     if [ "$OWN_WORK" = 1 ]; then
         if [ "$FAILED" -eq 0 ]; then rm -rf "$WORK"; else diag "logs kept in $WORK"; fi
     fi
@@ -582,64 +604,311 @@ SQL
     fi
 }
 
-# The postgres_exporter query file, run as README's monitoring role against
-# an outbox with rows in every state.
+# --- the postgres_exporter queries ------------------------------------------
+
+stop_exporter()
+{
+    if [ -n "$EXPORTER_PID" ]; then
+        kill -TERM "$EXPORTER_PID" 2>/dev/null
+        for _ in $(seq 50); do
+            kill -0 "$EXPORTER_PID" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -KILL "$EXPORTER_PID" 2>/dev/null
+        wait "$EXPORTER_PID" 2>/dev/null
+        EXPORTER_PID=
+    fi
+}
+
+stop_private_cluster()
+{
+    if [ -n "$PRIVATE_PGDATA" ]; then
+        "$PRIVATE_PG_CTL" -D "$PRIVATE_PGDATA" -m fast -w -t 60 stop >/dev/null 2>&1
+        PRIVATE_PGDATA=
+    fi
+}
+
+# exporter_server DIR: the server for the exporter checks, in EXP_HOST,
+# EXP_PORT and EXP_USER.  delivery_outbox_activity needs the library
+# preloaded: this server if it preloads it, else a throwaway cluster of our
+# own in DIR/pgdata, listening on a unix socket in DIR only (stopped by
+# stop_private_cluster).  On failure EXP_WHY says why.
+exporter_server()
+{
+    local dir=$1 bindir
+    EXP_HOST=${PGHOST:-/var/run/postgresql}
+    EXP_PORT=${PGPORT:-5432}
+    EXP_USER=${PGUSER:-$(id -un)}
+    EXP_DB=$ADMIN_DB
+    if q "$ADMIN_DB" "SHOW shared_preload_libraries" 2>/dev/null | grep -q delivery_outbox; then
+        EXP_WHERE="this server (it preloads delivery_outbox)"
+        return 0
+    fi
+    if [ "$(id -u)" -eq 0 ]; then
+        EXP_WHY="this server does not preload delivery_outbox, and initdb refuses to run as root"
+        return 1
+    fi
+    if ! bindir=$("${PG_CONFIG:-pg_config}" --bindir 2>/dev/null) || [ ! -x "$bindir/initdb" ]; then
+        EXP_WHY="this server does not preload delivery_outbox, and initdb was not found (PG_CONFIG)"
+        return 1
+    fi
+    rm -rf "$dir/pgdata"
+    if ! "$bindir/initdb" -D "$dir/pgdata" -A trust -E UTF8 --locale=C --no-sync \
+        -U "$(id -un)" >"$dir/initdb.log" 2>&1; then
+        EXP_WHY="initdb failed (see $dir/initdb.log)"
+        return 1
+    fi
+    cat >>"$dir/pgdata/postgresql.conf" <<CONF
+
+# throwaway cluster of examples/test_examples.sh (exporter checks)
+listen_addresses = ''
+unix_socket_directories = '$dir'
+port = $EXP_PORT
+max_connections = 20
+shared_preload_libraries = 'delivery_outbox'
+CONF
+    PRIVATE_PG_CTL=$bindir/pg_ctl
+    if ! "$PRIVATE_PG_CTL" -D "$dir/pgdata" -l "$dir/server.log" -w -t 60 start \
+        >"$dir/pg_ctl.log" 2>&1; then
+        EXP_WHY="the cluster did not start (see $dir/server.log)"
+        return 1
+    fi
+    PRIVATE_PGDATA=$dir/pgdata
+    EXP_HOST=$dir
+    EXP_USER=$(id -un)
+    EXP_DB=postgres
+    EXP_WHERE="a throwaway cluster with shared_preload_libraries = delivery_outbox (socket $dir)"
+}
+
+# metric FILE NAME [LABEL VALUE]: the value of series NAME (whose label
+# LABEL is VALUE) in a Prometheus text exposition; empty when there is none
+metric()
+{
+    awk -v name="$2" -v sel="${3:+$3=\"$4\"}" '
+        /^#/ { next }
+        {
+            series = $0; sub(/ [^ ]*$/, "", series)
+            n = series; sub(/\{.*/, "", n)
+            if (n != name) next
+            if (sel != "" && index(series, "{" sel ",") == 0 && index(series, "," sel ",") == 0 &&
+                index(series, "," sel "}") == 0 && index(series, "{" sel "}") == 0) next
+            print $NF; exit
+        }' "$1"
+}
+
+# expect_metrics FILE NAME[{LABEL=VALUE}]=WANT ...: each series has the value
+# WANT (numerically, or >=N); prints the mismatches, false if there is one
+expect_metrics()
+{
+    local file=$1 e key want name label value got bad=0
+    shift
+    for e in "$@"; do
+        key=${e%=*} want=${e##*=}
+        case $key in *'>') key=${key%>} want=">=$want" ;; esac
+        name=${key%%\{*} label='' value=''
+        if [ "$key" != "$name" ]; then
+            label=${key#*\{} label=${label%\}}
+            value=${label#*=} label=${label%%=*}
+        fi
+        got=$(metric "$file" "$name" "$label" "$value")
+        if ! awk -v a="$got" -v b="$want" 'BEGIN {
+                if (a == "") exit 1
+                if (substr(b, 1, 2) == ">=") exit !(a + 0 >= substr(b, 3) + 0)
+                exit !(a + 0 == b + 0) }'; then
+            diag "$key = ${got:-(none)}, expected $want"
+            bad=1
+        fi
+    done
+    [ "$bad" -eq 0 ]
+}
+
+free_port()
+{
+    "$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+# run_exporter: the postgres_exporter query file against an outbox with rows
+# in every state, dead letters, redeliveries and rows waiting for their
+# time, and a second outbox with dead letters of its own: run by
+# check_queries.py as README's monitoring role, then scraped through the real
+# exporter.
 run_exporter()
 {
     local db=examples_exporter dir=$WORK/exporter failed_before=$FAILED
+    local hport url version tries e
     mkdir -p "$dir"
-    if ! { q "$ADMIN_DB" "DROP DATABASE IF EXISTS $db WITH (FORCE)" &&
-           q "$ADMIN_DB" "CREATE DATABASE $db" &&
+    if ! exporter_server "$dir"; then
+        skip "exporter: queries.yaml checked and scraped" "$EXP_WHY"
+        return
+    fi
+    diag "exporter: on $EXP_WHERE"
+    # that server's PG* variables, for q, psql and check_queries.py
+    local -x PGHOST=$EXP_HOST PGPORT=$EXP_PORT PGUSER=$EXP_USER
+    if ! { q "$EXP_DB" "DROP DATABASE IF EXISTS $db WITH (FORCE)" &&
+           q "$EXP_DB" "CREATE DATABASE $db" &&
            psql -X -q -v ON_ERROR_STOP=1 -d "$db" <<SQL
 CREATE EXTENSION delivery_outbox;
+CREATE SCHEMA tenant_c;
+SELECT outbox_create('tenant_c') \g /dev/null
 DO \$\$BEGIN
     IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$MONITOR') THEN
         CREATE ROLE $MONITOR LOGIN;
     END IF;
 END\$\$;
 -- README's monitoring role
-GRANT USAGE ON SCHEMA public TO $MONITOR;
-GRANT EXECUTE ON FUNCTION outbox_stats(regclass) TO $MONITOR;
+GRANT USAGE ON SCHEMA public, tenant_c TO $MONITOR;
+GRANT EXECUTE ON FUNCTION outbox_stats(regclass), outbox_activity() TO $MONITOR;
+GRANT SELECT ON delivery_outbox_activity, delivery_outbox_tables TO $MONITOR;
 GRANT SELECT (id, recipient, kind, tenant_id, delivery_state, delivery_attempts,
-              created_at, delivered_at, acked_at)
+              created_at, delivered_at, acked_at, not_before)
   ON delivery_outbox TO $MONITOR;
--- 10 rows for agent:a, 5 for agent:b, one for agent:a enqueued 5 minutes ago
+-- outbox_stats on another outbox: SELECT on the columns it reads
+GRANT SELECT (recipient, delivery_state, created_at, delivered_at)
+  ON tenant_c.delivery_outbox TO $MONITOR;
+-- ids 1-10 for agent:a, 11-15 for agent:b, 16 for agent:a enqueued 5
+-- minutes ago
 SELECT count(outbox_enqueue(CASE WHEN g <= 10 THEN 'agent:a' ELSE 'agent:b' END,
                             'work', '\\x00')) FROM generate_series(1, 15) g;
 INSERT INTO delivery_outbox (recipient, kind, payload, created_at)
 VALUES ('agent:a', 'work', '\\x00', now() - interval '5 minutes');
--- 3 of agent:a's claimed, 2 of them acked: 13 pending (8 for agent:a),
--- 1 delivered, 2 acked
+-- 1-3 claimed, 1 and 2 acked
 SELECT count(*) FROM outbox_claim(3);
 SELECT outbox_ack(ARRAY[1, 2]::bigint[]);
+-- 11-13 claimed: 11 refused (a dead letter), 12 released for an hour (a
+-- redelivery, waiting), 13 reclaimed (a redelivery)
+SELECT count(*) FROM outbox_claim(3, 'agent:b');
+SELECT outbox_reject(ARRAY[11]::bigint[], error => 'agent:b refused it');
+SELECT outbox_release(ARRAY[12]::bigint[], retry_after => '1 hour', error => 'agent:b is down');
+SELECT outbox_reclaim_recipient('agent:b');
+-- 17, scheduled an hour ahead (waiting)
+SELECT outbox_enqueue('agent:c', 'work', '\\x00', not_before => now() + interval '1 hour');
+-- so: 13 pending (8 for agent:a), 2 of them waiting, 1 delivered, 2 acked,
+-- 1 dead letter.  tenant_c.delivery_outbox: 2 rows, both refused.
+SELECT count(outbox_enqueue('agent:t', 'work', '\\x00', outbox => 'tenant_c.delivery_outbox'))
+  FROM generate_series(1, 2);
+SELECT count(*) FROM outbox_claim(2, outbox => 'tenant_c.delivery_outbox');
+SELECT outbox_reject(ARRAY[1, 2]::bigint[], error => 'refused', outbox => 'tenant_c.delivery_outbox');
 SQL
          } >"$dir/setup.log" 2>&1; then
-        nok "exporter: database with rows in every state and a monitoring role"
+        nok "exporter: database with rows in every state, dead letters and a monitoring role"
         show "$dir/setup.log"
         return
     fi
+
+    # What the queries must report, for check_queries.py and the scrape.
+    local -a state=(
+        delivery_outbox_pending=13
+        delivery_outbox_waiting=2
+        delivery_outbox_delivered=1
+        'delivery_outbox_oldest_pending_age_seconds>=299'
+        delivery_outbox_max_open_attempts=1
+        'delivery_outbox_recipient_pending{recipient=agent:a}=8'
+        'delivery_outbox_recipient_delivered{recipient=agent:a}=1'
+        delivery_outbox_notify_queue_limit=0.5
+        delivery_outbox_relays_connected=0
+    )
+    local -a dead=(
+        'delivery_outbox_dead_letters{outbox=delivery_outbox}=1'
+        'delivery_outbox_dead_letters{outbox=tenant_c.delivery_outbox}=2'
+        'delivery_outbox_activity_dead_lettered{outbox=delivery_outbox}=1'
+        'delivery_outbox_activity_dead_lettered{outbox=tenant_c.delivery_outbox}=2'
+        'delivery_outbox_activity_redriven{outbox=delivery_outbox}=0'
+    )
+    local -a redelivered=(
+        'delivery_outbox_activity_released{outbox=delivery_outbox}=1'
+        'delivery_outbox_activity_reclaimed{outbox=delivery_outbox}=1'
+        'delivery_outbox_activity_redeliveries{outbox=delivery_outbox}=2'
+        'delivery_outbox_activity_redeliveries{outbox=tenant_c.delivery_outbox}=0'
+    )
+    local -a expect_args=()
+    for e in "${state[@]}" "${dead[@]}" "${redelivered[@]}"; do
+        # check_queries.py writes ">=" after the "="
+        case $e in *'>='*) e=${e%%>=*}'=>='${e#*>=} ;; esac
+        expect_args+=(--expect "$e")
+    done
     if env PGDATABASE="$db" PGUSER="$MONITOR" "$PYTHON" \
         "$HERE/postgres_exporter/check_queries.py" "$HERE/postgres_exporter/queries.yaml" \
-        --expect delivery_outbox_pending=13 \
-        --expect delivery_outbox_delivered=1 \
-        --expect 'delivery_outbox_oldest_pending_age_seconds=>=299' \
-        --expect 'delivery_outbox_oldest_delivered_age_seconds=>=0' \
-        --expect delivery_outbox_max_open_attempts=1 \
+        "${expect_args[@]}" \
         --expect delivery_outbox_recipient_recipient=agent:a \
-        --expect delivery_outbox_recipient_pending=8 \
-        --expect delivery_outbox_recipient_delivered=1 \
+        --expect 'delivery_outbox_oldest_delivered_age_seconds=>=0' \
         --expect 'delivery_outbox_notify_queue_usage=>=0' \
-        --expect delivery_outbox_notify_queue_limit=0.5 \
-        --expect delivery_outbox_relays_connected=0 \
         >"$dir/check.log" 2>&1; then
         ok "exporter: every query in postgres_exporter/queries.yaml runs as the monitoring role and reports the expected values"
     else
         nok "exporter: queries.yaml as the monitoring role"
         show "$dir/check.log" 60
     fi
-    if [ "${EXAMPLES_KEEP:-0}" != 1 ] && [ "$FAILED" -eq "$failed_before" ]; then
-        q "$ADMIN_DB" "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1
+
+    # -- the real exporter, scraped with curl -------------------------------
+    if [ ! -x "$EXPORTER" ]; then
+        skip "exporter: scraped through prometheus-postgres-exporter" \
+            "$EXPORTER not found (apt-get install prometheus-postgres-exporter)"
+    elif ! command -v curl >/dev/null 2>&1; then
+        skip "exporter: scraped through prometheus-postgres-exporter" \
+            "curl not found (apt-get install curl)"
+    elif ! "$EXPORTER" --help 2>&1 | grep -q -- '--extend.query-path'; then
+        skip "exporter: scraped through prometheus-postgres-exporter" \
+            "$EXPORTER has no --extend.query-path flag"
+    else
+        version=$("$EXPORTER" --version 2>&1 | sed -n 's/^postgres_exporter, version \([^ ]*\).*/\1/p')
+        hport=$(free_port)
+        url=http://127.0.0.1:$hport/metrics
+        # Only queries.yaml: the built-in metrics and collectors off.
+        env DATA_SOURCE_NAME="host=$EXP_HOST port=$EXP_PORT user=$MONITOR dbname=$db sslmode=disable" \
+            "$EXPORTER" --web.listen-address="127.0.0.1:$hport" \
+            --extend.query-path="$HERE/postgres_exporter/queries.yaml" \
+            --disable-default-metrics --disable-settings-metrics \
+            --no-collector.database --no-collector.bgwriter \
+            >"$dir/exporter.log" 2>&1 &
+        EXPORTER_PID=$!
+        rm -f "$dir/metrics.txt"
+        for tries in $(seq 100); do
+            kill -0 "$EXPORTER_PID" 2>/dev/null || break
+            if curl -sf --max-time 5 -o "$dir/metrics.txt" "$url" &&
+                grep -q '^delivery_outbox_' "$dir/metrics.txt"; then
+                break
+            fi
+            rm -f "$dir/metrics.txt"
+            sleep 0.1
+        done
+        if [ ! -s "$dir/metrics.txt" ]; then
+            nok "exporter: prometheus-postgres-exporter ${version:-?} answers on $url"
+            show "$dir/exporter.log"
+        else
+            diag "exporter: prometheus-postgres-exporter ${version:-?} (pid $EXPORTER_PID) on $url, DATA_SOURCE_NAME host=$EXP_HOST user=$MONITOR; scraped after $tries tries"
+            if expect_metrics "$dir/metrics.txt" pg_up=1 pg_exporter_last_scrape_error=0 \
+                pg_exporter_user_queries_load_error=0 "${state[@]}"; then
+                ok "exporter: prometheus-postgres-exporter --extend.query-path=queries.yaml as the monitoring role: pg_up 1, every query ran (last_scrape_error 0), delivery_outbox_waiting 2 of 13 pending, the backlog as expected"
+            else
+                nok "exporter: prometheus-postgres-exporter ran every query of queries.yaml with the expected backlog and waiting rows"
+                grep '^delivery_outbox_[a-z_]*{' "$dir/metrics.txt" | grep -v '_activity_\|_dead_' | sed 's/^/# /'
+                show "$dir/exporter.log"
+            fi
+            if expect_metrics "$dir/metrics.txt" "${dead[@]}"; then
+                ok "exporter: scraped dead letters per outbox: delivery_outbox_dead_letters 1 (delivery_outbox) and 2 (tenant_c.delivery_outbox), delivery_outbox_activity_dead_lettered the same"
+            else
+                nok "exporter: scraped dead letters per outbox"
+                grep '^delivery_outbox_.*dead' "$dir/metrics.txt" | sed 's/^/# /'
+            fi
+            if expect_metrics "$dir/metrics.txt" "${redelivered[@]}"; then
+                ok "exporter: scraped redeliveries: released 1 + reclaimed 1 = delivery_outbox_activity_redeliveries 2 (0 in tenant_c.delivery_outbox)"
+            else
+                nok "exporter: scraped redeliveries"
+                grep '^delivery_outbox_activity' "$dir/metrics.txt" | sed 's/^/# /'
+            fi
+        fi
+        stop_exporter
     fi
+
+    if [ "${EXAMPLES_KEEP:-0}" != 1 ] && [ "$FAILED" -eq "$failed_before" ]; then
+        if [ -n "$PRIVATE_PGDATA" ]; then
+            stop_private_cluster
+            rm -rf "$dir/pgdata"
+        else
+            q "$EXP_DB" "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1
+        fi
+    fi
+    stop_private_cluster
 }
 
 LANGS=("$@")

@@ -50,7 +50,7 @@ OUTBOX_BASE_PACKAGES=(postgresql-15 postgresql-server-dev-15 build-essential
 # shellcheck disable=SC2034  # used by scripts/test.sh
 OUTBOX_EXAMPLE_PACKAGES=(python3-psycopg python3-yaml libpq-dev nodejs
                          cargo librust-tokio-postgres-dev librust-tokio-dev
-                         librust-futures-util-dev)
+                         librust-futures-util-dev prometheus-postgres-exporter curl)
 # "command=package": the package is installed only when the command is
 # missing.  NodeSource's nodejs ships npm and conflicts with Debian's npm.
 # shellcheck disable=SC2034  # used by scripts/test.sh

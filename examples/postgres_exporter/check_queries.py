@@ -6,7 +6,9 @@ query file (connection from the PG* environment, e.g. as a monitoring role)
 and checks that it returns exactly the columns its "metrics" declare, that
 metric columns are numbers, and, with --expect KEY=VALUE (KEY is
 <section>_<column>; VALUE a number, or >=number), the values of the first
-row.  Prints one line per metric; exits 1 on any mismatch.
+row, or with KEY{label=value}=VALUE those of the row whose LABEL column
+has that value (e.g. delivery_outbox_dead_letters{outbox=delivery_outbox}=1).
+Prints one line per metric; exits 1 on any mismatch.
 """
 
 import argparse
@@ -16,6 +18,11 @@ import psycopg
 import yaml
 
 
+def show(k):
+    """An --expect key as it was written."""
+    return k[0] if k[1] is None else f"{k[0]}{{{k[1]}}}"
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("queries")
@@ -23,7 +30,16 @@ def main():
     args = p.parse_args()
     with open(args.queries, encoding="utf-8") as f:
         spec = yaml.safe_load(f)
-    expect = dict(e.split("=", 1) for e in args.expect)
+    expect = {}
+    for e in args.expect:
+        # KEY=VALUE or KEY{label=value}=VALUE
+        key, sep, rest = e.partition("{")
+        if sep:
+            selector, _, want = rest.partition("}=")
+            expect[(key, selector)] = want
+        else:
+            key, _, want = e.partition("=")
+            expect[(key, None)] = want
     errors = []
     seen = set()
     with psycopg.connect("", autocommit=True) as conn:
@@ -43,6 +59,8 @@ def main():
                 continue
             print(f"{section}: {len(rows)} row(s)")
             for r, row in enumerate(rows):
+                labels = [f"{col}={val}" for col, val in zip(columns, row)
+                          if usage[col] == "LABEL"]
                 for col, val in zip(columns, row):
                     key = f"{section}_{col}"
                     if usage[col] != "LABEL":
@@ -50,18 +68,26 @@ def main():
                             float(val)
                         except (TypeError, ValueError):
                             errors.append(f"{key}: {val!r} is not a number")
-                    print(f"  {key} = {val}")
-                    if r == 0 and key in expect:
-                        seen.add(key)
-                        want = expect[key]
-                        ok = (float(val) >= float(want[2:])
-                              if want.startswith(">=") else str(val) == want
-                              or (usage[col] != "LABEL"
-                                  and float(val) == float(want)))
+                    print(f"  {key}{{{','.join(labels)}}} = {val}")
+                    wanted = [k for k in [(key, None)] if r == 0] + \
+                        [(key, lab) for lab in labels]
+                    for k in wanted:
+                        if k not in expect:
+                            continue
+                        seen.add(k)
+                        want = expect[k]
+                        try:
+                            ok = (float(val) >= float(want[2:])
+                                  if want.startswith(">=") else str(val) == want
+                                  or (usage[col] != "LABEL"
+                                      and float(val) == float(want)))
+                        except (TypeError, ValueError):
+                            ok = False
                         if not ok:
-                            errors.append(f"{key} = {val}, expected {want}")
-    for key in set(expect) - seen:
-        errors.append(f"{key}: no such metric in the first row")
+                            errors.append(f"{show(k)} = {val}, expected {want}")
+    for k in set(expect) - seen:
+        errors.append(f"{show(k)}: no such metric"
+                      + (" in the first row" if k[1] is None else ""))
     for e in errors:
         print(f"ERROR: {e}")
     return 1 if errors else 0
