@@ -864,6 +864,28 @@ outbox_expire_rows(OutboxTable *table, int64 max_rows)
 }
 
 /*
+ * outbox_next_due_at
+ *
+ * When the first row of table scheduled after "after" falls due, or 0.
+ */
+TimestampTz
+outbox_next_due_at(OutboxTable *table, TimestampTz after)
+{
+	Datum		values[2];
+	char		nulls[2] = {' ', 'n'};
+	Datum		d;
+	bool		isnull;
+
+	values[0] = TimestampTzGetDatum(after);
+	values[1] = (Datum) 0;
+	outbox_spi_connect();
+	outbox_execute(table, OUTBOX_PLAN_NEXT_DUE, values, nulls, SPI_OK_SELECT);
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	SPI_finish();
+	return isnull ? 0 : DatumGetTimestampTz(d);
+}
+
+/*
  * outbox_due_rows
  *
  * The scheduled rows of table that fell due after the position

@@ -79,6 +79,7 @@ extern uint64 outbox_move_rows(OutboxTable *table, OutboxPlanId id,
 extern uint64 outbox_reclaim_rows(OutboxTable *table, TimestampTz cutoff,
 								  int64 max_rows);
 extern uint64 outbox_expire_rows(OutboxTable *table, int64 max_rows);
+extern TimestampTz outbox_next_due_at(OutboxTable *table, TimestampTz after);
 extern int	outbox_due_rows(OutboxTable *table, TimestampTz *after,
 							int64 *after_id, int64 *ids, int max);
 extern uint64 outbox_purge_rows(OutboxTable *table, TimestampTz cutoff,

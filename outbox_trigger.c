@@ -299,6 +299,8 @@ outbox_inserted_row(Relation rel, HeapTuple tuple, const OutboxColumns *cols,
 		/* a row scheduled for later is woken when due, by the worker */
 		if (outbox_row_due(tuple, tupdesc, cols))
 			outbox_wake(DatumGetInt64(id), RelationGetRelid(rel), channel);
+		else
+			outbox_note_scheduled();
 	}
 }
 
@@ -454,7 +456,9 @@ outbox_guard_update(Relation rel, HeapTuple oldtuple, HeapTuple newtuple,
 	 * to now or earlier; a row scheduled for later is woken when due, by
 	 * the worker.
 	 */
-	if (to == OUTBOX_PENDING && outbox_row_due(newtuple, tupdesc, cols))
+	if (to == OUTBOX_PENDING && !outbox_row_due(newtuple, tupdesc, cols))
+		outbox_note_scheduled();
+	else if (to == OUTBOX_PENDING)
 	{
 		old_recipient = heap_getattr(oldtuple, cols->recipient, tupdesc,
 									 &old_recipient_null);

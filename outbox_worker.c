@@ -94,7 +94,7 @@ static bool sweeper_send_wakeups(OutboxDatabase *db, int max_batches);
 static void sweeper_notify(const OutboxWakeup *wakeups, int n);
 static bool sweeper_sweep(OutboxDatabase *db);
 static void sweeper_sweep_tables(SweeperStep step, TimestampTz now);
-static void sweeper_wake_due(OutboxDatabase *db);
+static TimestampTz sweeper_wake_due(OutboxDatabase *db, TimestampTz now);
 static void sweeper_recover(void);
 static bool sweeper_ring_used(OutboxDatabase *db);
 
@@ -215,6 +215,16 @@ outbox_sweeper_main(Datum main_arg)
 		sent = sweeper_ring_used(sweeper_db);
 		more = sweeper_send_wakeups(sweeper_db, SWEEPER_MAX_BATCHES);
 
+		/*
+		 * Rows scheduled for later: look when the next one falls due, or
+		 * when a producer committed new ones (it sets the hint and our
+		 * latch).
+		 */
+		if (pg_atomic_exchange_u32(&sweeper_db->scheduled_hint, 0) != 0)
+			sweeper_next_due = 0;
+		if (now >= sweeper_next_due && !sweeper_missing_logged)
+			sweeper_next_due = sweeper_wake_due(sweeper_db, now);
+
 		if (now >= sweeper_next_sweep)
 		{
 			/* due or not, the next pass is an interval away */
@@ -235,12 +245,6 @@ outbox_sweeper_main(Datum main_arg)
 								OUTBOX_EXTENSION_NAME, dbname)));
 				sweeper_missing_logged = true;
 			}
-		}
-
-		if (now >= sweeper_next_due && !sweeper_missing_logged)
-		{
-			sweeper_next_due = TimestampTzPlusMilliseconds(now, SWEEPER_DUE_MS);
-			sweeper_wake_due(sweeper_db);
 		}
 
 		if (more)
@@ -460,13 +464,16 @@ sweeper_sweep_tables(SweeperStep step, TimestampTz now)
  *
  * NOTIFY, on its outbox's channel, every row scheduled for later (its
  * not_before) that fell due since the last look, up to SWEEPER_DUE_ROWS per
- * outbox, and wake outbox_wait() callers; in one transaction.  A table
- * someone holds locked waits for the next look.
+ * outbox, and wake outbox_wait() callers; in one transaction.  Returns when
+ * to look again: when the next row falls due (at once if a batch was full,
+ * within SWEEPER_DUE_MS if a table was locked), at the latest at the next
+ * sweep.
  */
-static void
-sweeper_wake_due(OutboxDatabase *db)
+static TimestampTz
+sweeper_wake_due(OutboxDatabase *db, TimestampTz now)
 {
 	int64		woken = 0;
+	TimestampTz next = sweeper_next_sweep;
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
@@ -475,7 +482,6 @@ sweeper_wake_due(OutboxDatabase *db)
 	{
 		ListCell   *lc;
 
-		pgstat_report_activity(STATE_RUNNING, "delivery_outbox: waking due rows");
 		foreach(lc, outbox_table_list())
 		{
 			Oid			relid = lfirst_oid(lc);
@@ -486,7 +492,10 @@ sweeper_wake_due(OutboxDatabase *db)
 			int			i;
 
 			if (!ConditionalLockRelationOid(relid, AccessShareLock))
+			{
+				next = Min(next, TimestampTzPlusMilliseconds(now, SWEEPER_DUE_MS));
 				continue;
+			}
 			table = outbox_find_table(relid);
 			if (table == NULL || !outbox_table_has_policy(table))
 				continue;
@@ -499,18 +508,33 @@ sweeper_wake_due(OutboxDatabase *db)
 			}
 			n = outbox_due_rows(table, &pos->not_before, &pos->id,
 								sweeper_due_ids, SWEEPER_DUE_ROWS);
+			/* reported only when there is something to do: a look is cheap */
+			if (n > 0 && woken == 0)
+				pgstat_report_activity(STATE_RUNNING, "delivery_outbox: waking due rows");
 			for (i = 0; i < n; i++)
 				outbox_notify(sweeper_due_ids[i], relid, outbox_table_channel(table));
 			woken += n;
+			if (n == SWEEPER_DUE_ROWS)
+				next = now;
+			else
+			{
+				TimestampTz due = outbox_next_due_at(table, pos->not_before);
+
+				if (due != 0)
+					next = Min(next, due);
+			}
 		}
 	}
 	PopActiveSnapshot();
 	CommitTransactionCommand();
-	pgstat_report_activity(STATE_IDLE, NULL);
 
 	/* after the commit, so that the woken see what was notified */
 	if (woken > 0)
+	{
+		pgstat_report_activity(STATE_IDLE, NULL);
 		ConditionVariableBroadcast(&db->pending_cv);
+	}
+	return next;
 }
 
 /*

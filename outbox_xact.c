@@ -85,6 +85,9 @@ static int	outbox_deferred_space = 0;
  * of its locks (see outbox_xact_release_callback).
  */
 static OutboxXactLevel *outbox_committed = NULL;
+
+/* This transaction made rows pending for later (not_before in the future). */
+static bool outbox_scheduled = false;
 static OutboxWakeup *outbox_committed_ids = NULL;
 static int	outbox_committed_nids = 0;
 
@@ -410,8 +413,24 @@ outbox_xact_release_callback(ResourceReleasePhase phase, bool isCommit,
 	OutboxDatabase *db;
 	int			taken;
 
-	if (level == NULL || phase != RESOURCE_RELEASE_AFTER_LOCKS ||
-		!isCommit || !isTopLevel)
+	if (phase != RESOURCE_RELEASE_AFTER_LOCKS || !isTopLevel)
+		return;
+	if (outbox_scheduled)
+	{
+		outbox_scheduled = false;
+		if (isCommit && (db = outbox_my_database(false)) != NULL)
+		{
+			Latch	   *latch;
+
+			pg_atomic_write_u32(&db->scheduled_hint, 1);
+			SpinLockAcquire(&db->mutex);
+			latch = db->worker_latch;
+			SpinLockRelease(&db->mutex);
+			if (latch != NULL)
+				SetLatch(latch);
+		}
+	}
+	if (level == NULL || !isCommit)
 		return;
 	/* once: the callback runs for every resource owner of the tree */
 	outbox_committed = NULL;
@@ -424,6 +443,18 @@ outbox_xact_release_callback(ResourceReleasePhase phase, bool isCommit,
 	outbox_publish(db, level->deltas, level->made_pending);
 	outbox_publish_tables(level->tables, outbox_committed_ids + taken,
 						  outbox_committed_nids - taken);
+}
+
+/*
+ * outbox_note_scheduled
+ *
+ * A row became pending with a not_before in the future: at commit, tell the
+ * worker, which sleeps until the next row falls due, to look again.
+ */
+void
+outbox_note_scheduled(void)
+{
+	outbox_scheduled = true;
 }
 
 /*

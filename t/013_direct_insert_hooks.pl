@@ -30,7 +30,7 @@ $node->safe_psql('postgres',
 # records it, and how often
 my $inserts = q{
 	SELECT coalesce(sum(calls), 0) FROM pg_stat_statements
-	 WHERE query LIKE 'INSERT INTO public.delivery_outbox (recipient, kind, payload, tenant_id)%'};
+	 WHERE query LIKE 'INSERT INTO public.delivery_outbox (recipient, kind, payload, tenant_id%'};
 
 $node->safe_psql('postgres', 'SELECT pg_stat_statements_reset()');
 for my $i (1 .. 5)
