@@ -151,8 +151,17 @@ outbox_install_packages()
     fi
     as_root apt-get update -q ||
         die "apt-get update failed"
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" ||
-        die "apt-get install ${missing[*]} failed"
+    # Packages must not start services: Debian's postgresql-15 would start a
+    # cluster, prometheus-postgres-exporter a server on every interface.  A
+    # policy-rc.d that says 101 ("action forbidden") keeps them stopped; one
+    # the machine already has is left alone.
+    local policy=/usr/sbin/policy-rc.d made_policy=0 rc=0
+    if [ ! -e "$policy" ]; then
+        as_root sh -c "printf '#!/bin/sh\nexit 101\n' > $policy && chmod 755 $policy" && made_policy=1
+    fi
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" || rc=$?
+    [ "$made_policy" = 1 ] && as_root rm -f "$policy"
+    [ "$rc" = 0 ] || die "apt-get install ${missing[*]} failed"
     for p in "${missing[@]}"; do
         pkg_installed "$p" || die "package $p is still not installed"
     done
