@@ -291,9 +291,14 @@ SELECT count(*) FROM outbox_enqueue_batch(
 INSERT INTO delivery_outbox (recipient, kind, payload, not_before, expires_at, dedup_key)
 VALUES ('agent:c', 'work', 'c8', now() + '1 hour', now() + '2 hours', 'k-c8'),
        ('agent:c', 'work', 'c9', NULL, now() - interval '1 second', NULL);
+-- an expires_at already past (and no not_before) is accepted: a row never
+-- handed out, nothing for outbox_wait either
+SELECT outbox_enqueue('agent:cx', 'work', 'c10', expires_at => now() - interval '1 second')
+       IS NOT NULL AS enqueued;
+SELECT outbox_wait('0', 'agent:cx') AS found_expired;
 SELECT * FROM dflt;
 -- the claims take neither a row before its not_before (c2, c5, c8) nor an
--- expired one (c9); the rows they return have the new columns
+-- expired one (c9, c10); the rows they return have the new columns
 SELECT convert_from(payload, 'UTF8') AS label, tenant_id,
        not_before IS NOT NULL AS has_not_before, expires_at IS NOT NULL AS has_expires_at,
        dedup_key, last_error
@@ -758,7 +763,20 @@ VALUES ('agent:k', 'work', 'tk2', 'order-1') ON CONFLICT DO NOTHING;
 INSERT INTO delivery_outbox (recipient, kind, payload, dedup_key)
 VALUES ('agent:k', 'work', 'k15', 'order-1');
 \echo :SQLSTATE
+-- ... and an empty key is 23514 (the trigger; its message names the row
+-- id, so only the SQLSTATE is shown)
+\set VERBOSITY sqlstate
+INSERT INTO delivery_outbox (recipient, kind, payload, dedup_key)
+VALUES ('agent:k', 'work', 'k16', '');
+\set VERBOSITY default
 SELECT * FROM dflt;
+-- re-addressing onto a recipient that holds one of the moved rows' keys:
+-- 23505, and nothing moves (agent:k2's keyless rows neither)
+SELECT outbox_enqueue('agent:k2', 'work', 'k17') IS NOT NULL AS enqueued;
+SELECT outbox_reassign('agent:k2', 'agent:k') AS moved;
+\echo :SQLSTATE
+SELECT recipient, string_agg(convert_from(payload, 'UTF8'), ',' ORDER BY id) AS rows
+  FROM delivery_outbox GROUP BY 1 ORDER BY 1;
 SELECT * FROM tnt;
 DELETE FROM delivery_outbox;
 DELETE FROM tenant_p.delivery_outbox;
