@@ -26,8 +26,12 @@
 # - backoff: with backoff_base = 1 s, a row released after attempt 1 is not
 #   claimable for 0.5 s, after attempt 2 for 1 s, and claimable again
 #   within a few seconds;
+# - a scheduled row past its ttl is dead-lettered by the sweep, not only
+#   once it falls due;
 # - the counters dead_lettered and redriven of delivery_outbox_activity move
-#   by exactly what was done, per outbox, and only at commit.
+#   by exactly what was done, per outbox, and only at commit; a dead letter
+#   is not counted as released, reclaimed or purged, a redrive counts as an
+#   enqueue too.
 #
 # Times are compared strictly where the contract is strict ("not before
 # not_before") and generously where it says "about" (10 s).
@@ -538,9 +542,26 @@ SELECT id FROM tenant_c.delivery_outbox WHERE payload = '\\x$p'
 UNION ALL SELECT id FROM tenant_c.delivery_outbox_dead WHERE payload = '\\x$p'});
 };
 my ($c1, $c2, $c3, $c4) = map { $row_id->($_) } qw(01 02 03 04);
-my $c_start = counters('tenant_c.delivery_outbox');
+
+# tenant_c's counters as "name=delta" from $base, for the counters listed.
+my @ccols = qw(dead_lettered redriven enqueued released reclaimed purged);
+sub ccount
+{
+	my $r = $node->safe_psql(
+		'postgres', q{
+SELECT } . join(" || '|' || ", map { "coalesce($_, 0)" } @ccols) . q{
+  FROM delivery_outbox_activity
+ WHERE datname = current_database() AND outbox = 'tenant_c.delivery_outbox'::regclass});
+	return [ split /\|/, $r ];
+}
+sub cdelta
+{
+	my ($base) = @_;
+	my $now = ccount();
+	return join(' ', map { "$ccols[$_]=" . ($now->[$_] - $base->[$_]) } 0 .. $#ccols);
+}
+my $c_start = ccount();
 my $dflt_start = counters('delivery_outbox');
-my ($dl0, $rd0) = split /\|/, $c_start;
 
 # rolled back: nothing counted
 $node->safe_psql(
@@ -549,18 +570,23 @@ BEGIN;
 SELECT outbox_reject(ARRAY[$c1, $c2]::bigint[], outbox => 'tenant_c.delivery_outbox');
 ROLLBACK;
 });
-is(counters('tenant_c.delivery_outbox'), "$dl0|$rd0", 'a rolled-back reject counts nothing');
+is(cdelta($c_start),
+	'dead_lettered=0 redriven=0 enqueued=0 released=0 reclaimed=0 purged=0',
+	'a rolled-back reject counts nothing');
 
-# reject two, release one at max_attempts: 3 dead-lettered
+# reject two, release one at max_attempts: 3 dead-lettered, none of them
+# counted as released, reclaimed or purged
 $node->safe_psql(
 	'postgres', qq{
 SELECT outbox_reject(ARRAY[$c1, $c2]::bigint[], 'bad', outbox => 'tenant_c.delivery_outbox');
 SELECT outbox_release(ARRAY[$c3]::bigint[], outbox => 'tenant_c.delivery_outbox');
 });
-is(counters('tenant_c.delivery_outbox'), ($dl0 + 3) . "|$rd0",
-	'reject 2 + a release at max_attempts: dead_lettered +3');
+is(cdelta($c_start),
+	'dead_lettered=3 redriven=0 enqueued=0 released=0 reclaimed=0 purged=0',
+	'reject 2 + a release at max_attempts: dead_lettered +3, not released, reclaimed or purged');
 
-# redrive two; one whose key was taken meanwhile stays dead, uncounted
+# redrive two; one whose key was taken meanwhile stays dead, uncounted; a
+# redriven row also counts as enqueued
 $node->safe_psql(
 	'postgres', qq{
 SELECT outbox_enqueue('agent:c', 'work', '\\x05', dedup_key => 'k1', outbox => 'tenant_c.delivery_outbox');
@@ -569,8 +595,9 @@ is( $node->safe_psql(
 		'postgres', qq{
 SELECT outbox_redrive(ARRAY[$c1, $c2, $c3]::bigint[], outbox => 'tenant_c.delivery_outbox')}),
 	'2', 'redrive: two back, the one whose key is taken stays dead');
-is(counters('tenant_c.delivery_outbox'), ($dl0 + 3) . '|' . ($rd0 + 2),
-	'redriven +2 (the refused one not counted)');
+is(cdelta($c_start),
+	'dead_lettered=3 redriven=2 enqueued=3 released=0 reclaimed=0 purged=0',
+	'redriven +2 (the refused one not counted), enqueued +1 +2');
 # a rolled-back redrive counts nothing
 $node->safe_psql(
 	'postgres', qq{
@@ -578,7 +605,8 @@ BEGIN;
 SELECT outbox_redrive(ARRAY[$c1]::bigint[], outbox => 'tenant_c.delivery_outbox');
 ROLLBACK;
 });
-is(counters('tenant_c.delivery_outbox'), ($dl0 + 3) . '|' . ($rd0 + 2),
+is(cdelta($c_start),
+	'dead_lettered=3 redriven=2 enqueued=3 released=0 reclaimed=0 purged=0',
 	'a rolled-back redrive counts nothing');
 is(counters('delivery_outbox'), $dflt_start,
 	'the default outbox\'s counters did not move');
