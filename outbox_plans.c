@@ -102,7 +102,11 @@ typedef struct OutboxPlanDef
  * due, then the others, oldest id first (each from its own index, so rows
  * scheduled for later are never walked past), optionally one recipient's
  * and/or one tenant's, skipping locked rows and expired ones.  $1 max rows,
- * $2 recipient, $3 tenant, $4 now, $5 the ttl cutoff.
+ * $2 recipient, $3 tenant, $4 now, $5 the ttl cutoff.  The second LIMIT is
+ * an expression, which the planner estimates at a tenth of the table: the
+ * UPDATE finds the rows by "id = ANY (ARRAY(...))", by the primary key
+ * whatever that estimate, not by a join it could plan as a hash of the
+ * whole table.
  */
 #define OUTBOX_CLAIM_SQL(filter) \
 	"WITH d AS (" \
@@ -118,10 +122,10 @@ typedef struct OutboxPlanDef
 	" ORDER BY id" \
 	" LIMIT ($1 OPERATOR(pg_catalog.-) (SELECT pg_catalog.count(*) FROM d))" \
 	" FOR UPDATE SKIP LOCKED)," \
-	" c AS (SELECT id FROM d UNION ALL SELECT id FROM r)," \
 	" u AS (" \
-	"UPDATE %1$s o SET delivery_state = 'delivered' FROM c" \
-	" WHERE o.id OPERATOR(pg_catalog.=) c.id" \
+	"UPDATE %1$s o SET delivery_state = 'delivered'" \
+	" WHERE o.id OPERATOR(pg_catalog.=)" \
+	" ANY (ARRAY(SELECT id FROM d UNION ALL SELECT id FROM r))" \
 	" AND pg_catalog.texteq(o.delivery_state, 'pending')" \
 	" RETURNING (%2$s) AS o)" \
 	" SELECT u.o FROM u ORDER BY (u.o).id"
@@ -154,14 +158,17 @@ typedef struct OutboxPlanDef
 #define OUTBOX_DEAD(o) \
 	"coalesce(" OUTBOX_EXPIRED(o) \
 	" OR $2 IS NOT NULL AND " o "delivery_attempts OPERATOR(pg_catalog.>=) $2, false)"
-/* base x 2^(attempts - 1), capped, times a jitter in [0.5, 1] */
+/*
+ * base x 2^(attempts - 1), capped, times a jitter in [0.5, 1].  Every
+ * OPERATOR() has the same precedence, left to right: hence the parentheses.
+ */
 #define OUTBOX_BACKOFF \
 	"CASE WHEN $4 OPERATOR(pg_catalog.>) '0'::pg_catalog.interval THEN" \
 	" $1 OPERATOR(pg_catalog.+)" \
 	" (LEAST($4 OPERATOR(pg_catalog.*) pg_catalog.power(2::pg_catalog.float8," \
 	" LEAST(o.delivery_attempts OPERATOR(pg_catalog.-) 1, 40)), $5)" \
 	" OPERATOR(pg_catalog.*) (0.5::pg_catalog.float8 OPERATOR(pg_catalog.+)" \
-	" 0.5::pg_catalog.float8 OPERATOR(pg_catalog.*) pg_catalog.random())) END"
+	" (0.5::pg_catalog.float8 OPERATOR(pg_catalog.*) pg_catalog.random()))) END"
 #define OUTBOX_DEAD_COLUMNS \
 	"id, recipient, kind, tenant_id, payload, delivery_state," \
 	" delivery_attempts, created_at, delivered_at, acked_at, not_before," \
@@ -382,7 +389,11 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		" AND delivery_state OPERATOR(pg_catalog.=) " OUTBOX_OPEN_STATES
 		" ORDER BY id FOR UPDATE)"
 		" UPDATE %1$s o SET recipient = $2, delivery_state = 'pending',"
-		" not_before = NULL"
+		" not_before = NULL,"
+		" dedup_key = CASE WHEN EXISTS (SELECT FROM %1$s k"
+		" WHERE k.recipient OPERATOR(pg_catalog.=) $2"
+		" AND k.dedup_key OPERATOR(pg_catalog.=) o.dedup_key)"
+		" THEN NULL ELSE o.dedup_key END"
 		" FROM l WHERE o.id OPERATOR(pg_catalog.=) l.id"
 		" AND NOT pg_catalog.texteq(o.delivery_state, 'acked')",
 		{TEXTOID, TEXTOID},
@@ -429,8 +440,10 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 	},
 	/*
 	 * The worker's expiry sweep: pending rows past expires_at (from their
-	 * index), or past the ttl among the oldest ready rows and the due
-	 * scheduled ones; $1 now, $2 the ttl cutoff, $3 max rows of each.
+	 * index), or past the ttl among the oldest ready rows, the due
+	 * scheduled ones and (with a ttl: a scan of the scheduled rows, which
+	 * no index orders by age) the others; $1 now, $2 the ttl cutoff, $3
+	 * max rows of each.
 	 */
 	[OUTBOX_PLAN_EXPIRE] = {
 		"WITH c AS ("
@@ -446,7 +459,11 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		" UNION ALL SELECT id FROM (SELECT id FROM %1$s"
 		" WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'"
 		" AND not_before IS NOT NULL AND not_before OPERATOR(pg_catalog.<=) $1"
-		" ORDER BY not_before, id LIMIT $3) s))"
+		" ORDER BY not_before, id LIMIT $3) s"
+		" UNION ALL SELECT id FROM (SELECT id FROM %1$s"
+		" WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'"
+		" AND not_before IS NOT NULL AND $2 IS NOT NULL"
+		" AND created_at OPERATOR(pg_catalog.<=) $2 LIMIT $3) t))"
 		" AND o.delivery_state OPERATOR(pg_catalog.=) 'pending'"
 		" AND (o.expires_at OPERATOR(pg_catalog.<=) $1"
 		" OR $2 IS NOT NULL AND o.created_at OPERATOR(pg_catalog.<=) $2)"

@@ -222,7 +222,7 @@ outbox_sweeper_main(Datum main_arg)
 		 */
 		if (pg_atomic_exchange_u32(&sweeper_db->scheduled_hint, 0) != 0)
 			sweeper_next_due = 0;
-		if (now >= sweeper_next_due && !sweeper_missing_logged)
+		if (now >= sweeper_next_due)
 			sweeper_next_due = sweeper_wake_due(sweeper_db, now);
 
 		if (now >= sweeper_next_sweep)

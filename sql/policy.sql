@@ -771,12 +771,17 @@ VALUES ('agent:k', 'work', 'k16', '');
 \set VERBOSITY default
 SELECT * FROM dflt;
 -- re-addressing onto a recipient that holds one of the moved rows' keys:
--- 23505, and nothing moves (agent:k2's keyless rows neither)
+-- every row moves; a moved row whose key the new recipient holds gives the
+-- key up (the holder keeps it), the others keep theirs
 SELECT outbox_enqueue('agent:k2', 'work', 'k17') IS NOT NULL AS enqueued;
+SELECT recipient, dedup_key, convert_from(payload, 'UTF8') AS row
+  FROM delivery_outbox WHERE dedup_key IS NOT NULL ORDER BY id;
 SELECT outbox_reassign('agent:k2', 'agent:k') AS moved;
 \echo :SQLSTATE
 SELECT recipient, string_agg(convert_from(payload, 'UTF8'), ',' ORDER BY id) AS rows
   FROM delivery_outbox GROUP BY 1 ORDER BY 1;
+SELECT recipient, dedup_key, convert_from(payload, 'UTF8') AS row
+  FROM delivery_outbox WHERE dedup_key IS NOT NULL ORDER BY id;
 SELECT * FROM tnt;
 DELETE FROM delivery_outbox;
 DELETE FROM tenant_p.delivery_outbox;
