@@ -483,9 +483,10 @@ REVOKE ALL ON FUNCTION outbox_require_owner(regclass) FROM PUBLIC;
 -- (the seed's delivery_outbox_notify_trg) are disabled, so a plain INSERT
 -- wakes relays once; outbox_detach() enables them again.  Locks the table
 -- in SHARE ROW EXCLUSIVE mode (reads go on, writes wait) for the whole call,
--- index builds included, and, where a default is missing, ACCESS EXCLUSIVE
--- from adding it (the last step) to the commit: set it beforehand to keep
--- reads going (docs/operations.md, "Adopting an existing table").
+-- index builds included, and in ACCESS EXCLUSIVE mode from adding the
+-- delivery policy's columns (before the index builds, which need them) or
+-- a missing default to the commit: add them beforehand to keep reads going
+-- (docs/operations.md, "Adopting an existing table").
 --
 CREATE FUNCTION outbox_attach(tbl regclass, channel text DEFAULT NULL)
 RETURNS regclass
@@ -668,10 +669,12 @@ END
 $$;
 
 --
--- outbox_configure(tbl, channel): change an outbox's settings; NULL leaves
--- a setting as it is.  channel => '' goes back to delivery_outbox.channel.
--- The caller must own the table (the default outbox: its owner, the
--- extension's, normally a superuser).
+-- outbox_configure(tbl, channel, max_attempts, backoff_base, backoff_max,
+-- ttl): change an outbox's settings; NULL leaves a setting as it is.
+-- channel => '' goes back to delivery_outbox.channel, max_attempts => 0 to
+-- no limit, ttl => '0' to no expiry (docs/delivery-policy.md).  The caller
+-- must own the table (the default outbox: its owner, the extension's,
+-- normally a superuser).
 --
 CREATE FUNCTION outbox_configure(tbl regclass, channel text DEFAULT NULL,
                                  max_attempts integer DEFAULT NULL,
@@ -822,7 +825,16 @@ SET search_path = pg_catalog, pg_temp;
 
 REVOKE ALL ON FUNCTION outbox_reject(bigint[], text, regclass) FROM PUBLIC;
 REVOKE ALL ON FUNCTION outbox_redrive(bigint[], regclass) FROM PUBLIC;
+-- the worker's expiry sweep, by call (for a database no worker serves)
+CREATE FUNCTION outbox_expire(max_rows integer DEFAULT NULL,
+                              outbox regclass DEFAULT NULL)
+RETURNS integer
+AS 'MODULE_PATHNAME', 'outbox_expire'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
 REVOKE ALL ON FUNCTION outbox_next_due(text, regclass) FROM PUBLIC;
+REVOKE ALL ON FUNCTION outbox_expire(integer, regclass) FROM PUBLIC;
 
 CREATE FUNCTION outbox_reclaim(older_than interval DEFAULT '60 seconds',
                                max_rows integer DEFAULT NULL,

@@ -57,6 +57,9 @@ static const char *const outbox_stats_columns[] = {
 static const char *const outbox_wait_columns[] = {
 	"recipient", "delivery_state", NULL
 };
+static const char *const outbox_next_due_columns[] = {
+	"recipient", "delivery_state", "not_before", NULL
+};
 
 PG_FUNCTION_INFO_V1(outbox_enqueue);
 PG_FUNCTION_INFO_V1(outbox_claim);
@@ -66,6 +69,7 @@ PG_FUNCTION_INFO_V1(outbox_release);
 PG_FUNCTION_INFO_V1(outbox_reject);
 PG_FUNCTION_INFO_V1(outbox_redrive);
 PG_FUNCTION_INFO_V1(outbox_next_due);
+PG_FUNCTION_INFO_V1(outbox_expire);
 PG_FUNCTION_INFO_V1(outbox_reclaim);
 PG_FUNCTION_INFO_V1(outbox_reclaim_recipient);
 PG_FUNCTION_INFO_V1(outbox_reassign);
@@ -121,6 +125,7 @@ outbox_enqueue(PG_FUNCTION_ARGS)
 	Datum		values[7];
 	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	bool		isnull;
+	bool		conflict;
 	int64		id;
 	int			i;
 
@@ -143,8 +148,9 @@ outbox_enqueue(PG_FUNCTION_ARGS)
 						  values[6], nulls[6] == 'n', 0);
 
 	t = outbox_target(fcinfo, 7, ACL_INSERT);
-	if (nulls[6] == 'n' && outbox_insert_row(t, values, nulls, &id))
+	if (outbox_insert_row(t, values, nulls, &id, &conflict) && !conflict)
 		PG_RETURN_INT64(id);
+	/* a key already taken: its holder's id comes from the loop below */
 
 	outbox_spi_connect();
 	if (nulls[6] == 'n')
@@ -355,6 +361,23 @@ outbox_redrive(PG_FUNCTION_ARGS)
 }
 
 /*
+ * outbox_expire
+ *
+ * The worker's expiry sweep, by call (for a database no worker serves):
+ * pending rows past their expires_at or the outbox's ttl go to the dead
+ * letters ('expired'), at most about max_rows of each kind (all when
+ * NULL), skipping locked rows.  Returns the number moved.
+ */
+Datum
+outbox_expire(PG_FUNCTION_ARGS)
+{
+	int64		max_rows = OUTBOX_ARG_IS_NULL(0) ? 0 : outbox_check_max_rows(fcinfo, 0);
+
+	return outbox_count_result(outbox_expire_rows(outbox_target(fcinfo, 1, ACL_UPDATE),
+												  max_rows));
+}
+
+/*
  * outbox_next_due
  *
  * When the next row scheduled for later (of recipient, if given) falls due:
@@ -372,7 +395,7 @@ outbox_next_due(PG_FUNCTION_ARGS)
 
 	outbox_check_text(fcinfo, 0, "recipient", false);
 	values[1] = outbox_null_text(fcinfo, 0, &nulls[1]);
-	t = outbox_target_columns(fcinfo, 1, ACL_SELECT, outbox_wait_columns);
+	t = outbox_target_columns(fcinfo, 1, ACL_SELECT, outbox_next_due_columns);
 	values[0] = TimestampTzGetDatum(GetCurrentTimestamp());
 
 	outbox_spi_connect();

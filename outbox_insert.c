@@ -14,6 +14,10 @@
  * EState, as a plain INSERT builds it (and as the type cache keeps a
  * domain's constraint trees and leaves their states to each query).
  *
+ * An enqueue with a dedup_key inserts as INSERT ... ON CONFLICT (recipient,
+ * dedup_key) DO NOTHING does: a speculative insertion, arbitrated by the
+ * table's unique (recipient, dedup_key) index.
+ *
  * The direct path is taken only where it cannot differ from the statement:
  * delivery_outbox.direct_insert is on, no other loaded module hooks the
  * parser, planner or executor (pg_stat_statements, pgaudit, Citus and the
@@ -34,6 +38,10 @@
 
 #include "access/genam.h"
 #include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/pg_index.h"
+#include "storage/lmgr.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
@@ -79,12 +87,16 @@ typedef struct OutboxInsertCache
 	int			npreds;
 	Oid		   *pred_index;		/* partial indexes, and their predicates */
 	List	  **preds;			/* implicit-AND lists, for ExecInitQual */
+	Oid			dedup_index;	/* unique (recipient, dedup_key), or InvalidOid */
 } OutboxInsertCache;
 
 static bool outbox_insert_intercepted(void);
 static OutboxInsertCache *outbox_insert_prepare(Relation rel);
 static bool outbox_insert_plain_table(Relation rel);
 static Expr *outbox_plan_expr(Expr *expr);
+static Oid	outbox_dedup_index(Relation rel, const OutboxColumns *cols);
+static void outbox_check_conflict_visible(EState *estate, Relation rel,
+										  ItemPointer tid);
 
 /*
  * The cache, and a counter of the invalidations that concern it (the table,
@@ -100,8 +112,10 @@ static uint64 outbox_insert_generation = 1;
  *
  * outbox_enqueue's insert into table without SQL: values/nulls are
  * recipient, kind, payload, tenant_id, not_before, expires_at and dedup_key
- * (NULL: a key needs the INSERT's ON CONFLICT; the last three go only into
- * a table that has them).  The row goes through the
+ * (the last three only into a table that has them).  With a dedup_key the
+ * insert is that of INSERT ... ON CONFLICT (recipient, dedup_key) DO
+ * NOTHING: *conflict is set, and nothing inserted, when the recipient's
+ * rows already hold the key.  The row goes through the
  * executor's row-level insert: BEFORE ROW triggers (the state guard), stored generated columns,
  * NOT NULL and CHECK constraints, heap and index insert, AFTER ROW triggers
  * (the wake-up), fired at the end as for a statement.
@@ -115,7 +129,7 @@ static uint64 outbox_insert_generation = 1;
  */
 bool
 outbox_insert_row(OutboxTable *table, Datum *values, const char *nulls,
-				  int64 *id)
+				  int64 *id, bool *conflict)
 {
 	Relation	rel;
 	const OutboxColumns *cols;
@@ -126,8 +140,10 @@ outbox_insert_row(OutboxTable *table, Datum *values, const char *nulls,
 	ExprContext *econtext;
 	TupleDesc	tupdesc;
 	bool		inserted;
+	bool		keyed = nulls[6] != 'n';
 	int			i;
 
+	*conflict = false;
 	if (!outbox_direct_insert || outbox_insert_intercepted())
 		return false;
 
@@ -140,6 +156,7 @@ outbox_insert_row(OutboxTable *table, Datum *values, const char *nulls,
 	cols = outbox_columns(rel, "outbox_enqueue");
 	cache = outbox_insert_prepare(rel);
 	if (cache == NULL ||
+		(keyed && !OidIsValid(cache->dedup_index)) ||
 		pg_class_aclcheck(RelationGetRelid(rel), GetUserId(),
 						  ACL_INSERT) != ACLCHECK_OK)
 	{
@@ -157,11 +174,13 @@ outbox_insert_row(OutboxTable *table, Datum *values, const char *nulls,
 	PG_TRY();
 	{
 		MemoryContext oldcxt;
+		List	   *arbiters = NIL;
 
 		/* everything below, states included, goes with the EState */
 		estate = CreateExecutorState();
 		oldcxt = MemoryContextSwitchTo(estate->es_query_cxt);
 		estate->es_output_cid = GetCurrentCommandId(true);
+		estate->es_snapshot = GetActiveSnapshot();
 		rri = makeNode(ResultRelInfo);
 		InitResultRelInfo(rri, rel, 0, NULL, 0);
 		/* where the AFTER trigger queue looks the relation up */
@@ -175,8 +194,14 @@ outbox_insert_row(OutboxTable *table, Datum *values, const char *nulls,
 				rri->ri_ConstraintExprs[i] = ExecInitExpr(cache->checks[i], NULL);
 		}
 
-		/* partial-index predicates, as ExecInsertIndexTuples would */
-		ExecOpenIndices(rri, false);
+		/*
+		 * Partial-index predicates, as ExecInsertIndexTuples would; with a
+		 * dedup_key, the unique indexes' information for a speculative
+		 * insertion too, its arbiter the (recipient, dedup_key) index.
+		 */
+		ExecOpenIndices(rri, keyed);
+		if (keyed)
+			arbiters = list_make1_oid(cache->dedup_index);
 		for (i = 0; i < rri->ri_NumIndices; i++)
 		{
 			IndexInfo  *ii = rri->ri_IndexRelationInfo[i];
@@ -256,13 +281,58 @@ outbox_insert_row(OutboxTable *table, Datum *values, const char *nulls,
 				ExecComputeStoredGenerated(rri, estate, slot, CMD_INSERT);
 			if (tupdesc->constr != NULL)
 				ExecConstraints(rri, slot, estate);
-			simple_table_tuple_insert(rel, slot);
-			if (rri->ri_NumIndices > 0)
-				recheck = ExecInsertIndexTuples(rri, slot, estate, false,
-												false, NULL, NIL);
-			ExecARInsertTriggers(estate, rri, slot, recheck, NULL);
-			/* not NULL: the primary key's NOT NULL was checked above */
-			*id = DatumGetInt64(slot_getattr(slot, cols->id, &isnull));
+			if (!keyed)
+			{
+				simple_table_tuple_insert(rel, slot);
+				if (rri->ri_NumIndices > 0)
+					recheck = ExecInsertIndexTuples(rri, slot, estate, false,
+													false, NULL, NIL);
+			}
+			else
+			{
+				/*
+				 * INSERT ... ON CONFLICT (recipient, dedup_key) DO NOTHING,
+				 * as ExecInsert runs it: look for a conflicting row (waiting
+				 * for one being inserted); none, insert speculatively and
+				 * let the index insertion confirm it, or start over when a
+				 * concurrent insertion of the same key won the race.
+				 */
+				for (;;)
+				{
+					ItemPointerData conflict_tid;
+					bool		spec_conflict = false;
+					uint32		token;
+
+					CHECK_FOR_INTERRUPTS();
+					if (!ExecCheckIndexConstraints(rri, slot, estate,
+												   &conflict_tid, arbiters))
+					{
+						outbox_check_conflict_visible(estate, rel, &conflict_tid);
+						*conflict = true;
+						break;
+					}
+					token = SpeculativeInsertionLockAcquire(GetCurrentTransactionId());
+					table_tuple_insert_speculative(rel, slot,
+												   estate->es_output_cid,
+												   0, NULL, token);
+					recheck = ExecInsertIndexTuples(rri, slot, estate, false,
+													true, &spec_conflict,
+													arbiters);
+					table_tuple_complete_speculative(rel, slot, token,
+													 !spec_conflict);
+					SpeculativeInsertionLockRelease(GetCurrentTransactionId());
+					if (!spec_conflict)
+						break;
+					list_free(recheck);
+					recheck = NIL;
+				}
+			}
+			if (!*conflict)
+			{
+				ExecARInsertTriggers(estate, rri, slot, recheck, NULL);
+				/* not NULL: the primary key's NOT NULL was checked above */
+				*id = DatumGetInt64(slot_getattr(slot, cols->id, &isnull));
+			}
 		}
 		AfterTriggerEndQuery(estate);
 
@@ -396,6 +466,7 @@ outbox_insert_prepare(Relation rel)
 	cache->ncheck = 0;
 	cache->npreds = 0;
 	cache->direct = outbox_insert_plain_table(rel);
+	cache->dedup_index = InvalidOid;
 
 	if (cache->direct)
 	{
@@ -449,6 +520,8 @@ outbox_insert_prepare(Relation rel)
 		}
 
 		MemoryContextSwitchTo(old);
+		cache->dedup_index = outbox_dedup_index(rel,
+												outbox_columns(rel, "outbox_enqueue"));
 	}
 
 	if (outbox_insert_generation != generation)
@@ -457,6 +530,78 @@ outbox_insert_prepare(Relation rel)
 	cache->userid = GetUserId();
 	cache->generation = generation;
 	return cache->direct ? cache : NULL;
+}
+
+/*
+ * outbox_dedup_index
+ *
+ * The unique index of rel on (recipient, dedup_key) WHERE dedup_key IS NOT
+ * NULL, which a keyed enqueue's ON CONFLICT infers, or InvalidOid (the
+ * enqueue then runs its INSERT through SPI).
+ */
+static Oid
+outbox_dedup_index(Relation rel, const OutboxColumns *cols)
+{
+	List	   *indexes = RelationGetIndexList(rel);
+	ListCell   *lc;
+	Oid			result = InvalidOid;
+
+	if (cols->dedup_key == InvalidAttrNumber)
+		return InvalidOid;
+	foreach(lc, indexes)
+	{
+		Relation	index = index_open(lfirst_oid(lc), RowExclusiveLock);
+		Form_pg_index form = index->rd_index;
+		List	   *pred = RelationGetIndexPredicate(index);
+		NullTest   *test = list_length(pred) == 1 && IsA(linitial(pred), NullTest) ?
+			(NullTest *) linitial(pred) : NULL;
+
+		if (form->indisunique && form->indisvalid && form->indimmediate &&
+			form->indnkeyatts == 2 && form->indnatts == 2 &&
+			form->indkey.values[0] == cols->recipient &&
+			form->indkey.values[1] == cols->dedup_key &&
+			RelationGetIndexExpressions(index) == NIL &&
+			test != NULL && test->nulltesttype == IS_NOT_NULL &&
+			IsA(test->arg, Var) &&
+			((Var *) test->arg)->varattno == cols->dedup_key)
+			result = RelationGetRelid(index);
+		index_close(index, NoLock);
+		if (OidIsValid(result))
+			break;
+	}
+	return result;
+}
+
+/*
+ * outbox_check_conflict_visible
+ *
+ * ON CONFLICT DO NOTHING found the row at tid: under REPEATABLE READ or
+ * SERIALIZABLE it must be one our snapshot sees (or our own), else 40001,
+ * as ExecInsert raises it.
+ */
+static void
+outbox_check_conflict_visible(EState *estate, Relation rel, ItemPointer tid)
+{
+	TupleTableSlot *slot;
+
+	if (!IsolationUsesXactSnapshot())
+		return;
+	slot = table_slot_create(rel, &estate->es_tupleTable);
+	if (!table_tuple_fetch_row_version(rel, tid, SnapshotAny, slot))
+		elog(ERROR, "failed to fetch conflicting tuple for ON CONFLICT");
+	if (!table_tuple_satisfies_snapshot(rel, slot, estate->es_snapshot))
+	{
+		bool		isnull;
+		TransactionId xmin = DatumGetTransactionId(slot_getsysattr(slot,
+																   MinTransactionIdAttributeNumber,
+																   &isnull));
+
+		if (!TransactionIdIsCurrentTransactionId(xmin))
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("could not serialize access due to concurrent update")));
+	}
+	ExecClearTuple(slot);
 }
 
 /*

@@ -16,7 +16,7 @@
 #include "outbox_table.h"
 
 extern bool outbox_insert_row(OutboxTable *table, Datum *values,
-							  const char *nulls, int64 *id);
+							  const char *nulls, int64 *id, bool *conflict);
 extern void outbox_no_row_inserted(void) pg_attribute_noreturn();
 
 /* registered by _PG_init */

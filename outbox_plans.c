@@ -632,7 +632,7 @@ outbox_plan(OutboxTable *table, OutboxPlanId id)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("outbox %s has no dead-letter table",
 						outbox_table_name(table)),
-				 errhint("Its dead-letter table was dropped: recreate it as outbox_make_dead() does, or detach and attach the outbox again.")));
+				 errhint("Its dead-letter table was dropped: detach the outbox and attach it again to recreate it.")));
 	sql = outbox_plan_text(sql_text, outbox_table_name(table),
 						   outbox_table_row_expr(table),
 						   outbox_table_dead_name(table));
@@ -862,9 +862,10 @@ outbox_reclaim_rows(OutboxTable *table, TimestampTz cutoff, int64 max_rows)
 /*
  * outbox_expire_rows
  *
- * The sweeper's expiry: pending rows past their expires_at or their
- * outbox's ttl to the dead letters, at most about max_rows, skipping locked
- * rows.  Returns the number dead-lettered.
+ * The sweeper's expiry, and outbox_expire(): pending rows past their
+ * expires_at or their outbox's ttl to the dead letters, at most about
+ * max_rows of each kind (all when <= 0), skipping locked rows.  Returns the
+ * number dead-lettered.
  */
 uint64
 outbox_expire_rows(OutboxTable *table, int64 max_rows)
@@ -876,6 +877,8 @@ outbox_expire_rows(OutboxTable *table, int64 max_rows)
 	values[0] = TimestampTzGetDatum(now);
 	values[1] = outbox_ttl_cutoff(table, now, &nulls[1]);
 	values[2] = Int64GetDatum(max_rows);
+	if (max_rows <= 0)
+		nulls[2] = 'n';
 	return outbox_move_rows(table, OUTBOX_PLAN_EXPIRE, values, nulls,
 							OUTBOX_COUNT_RECLAIMED);
 }

@@ -84,6 +84,7 @@ outbox_shmem_init(void)
 			pg_atomic_init_u64(&db->backlog_counted_at, 0);
 			ConditionVariableInit(&db->pending_cv);
 			pg_atomic_init_u32(&db->scheduled_hint, 0);
+			pg_atomic_init_u64(&db->scheduled_min, (uint64) PG_INT64_MAX);
 			SpinLockInit(&db->mutex);
 			db->ring = -1;
 			db->worker_pid = 0;

@@ -62,6 +62,7 @@ typedef struct OutboxDatabase
 	pg_atomic_uint64 backlog_counted_at;	/* TimestampTz of that count */
 	ConditionVariable pending_cv;	/* broadcast when rows became pending */
 	pg_atomic_uint32 scheduled_hint;	/* rows scheduled for later committed */
+	pg_atomic_uint64 scheduled_min; /* the earliest not_before among them */
 
 	slock_t		mutex;			/* protects the fields below */
 	int			ring;			/* hand-over ring of its worker, or -1 */

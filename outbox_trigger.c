@@ -46,7 +46,7 @@ static const char *const outbox_state_names[] = {"pending", "delivered", "acked"
 static AttrNumber outbox_column(Relation rel, const char *name, Oid typid,
 								bool required);
 static bool outbox_row_due(HeapTuple tuple, TupleDesc tupdesc,
-						   const OutboxColumns *cols);
+						   const OutboxColumns *cols, TimestampTz *not_before);
 static OutboxState outbox_parse_state(Relation rel, AttrNumber attnum,
 									  Datum value, int64 id);
 static bool outbox_datum_equal(Datum a, bool a_null, Datum b, bool b_null,
@@ -295,12 +295,14 @@ outbox_inserted_row(Relation rel, HeapTuple tuple, const OutboxColumns *cols,
 	outbox_count_state(RelationGetRelid(rel), state, 1);
 	if (state == OUTBOX_PENDING)
 	{
+		TimestampTz not_before;
+
 		outbox_count(RelationGetRelid(rel), OUTBOX_COUNT_ENQUEUED, 1);
 		/* a row scheduled for later is woken when due, by the worker */
-		if (outbox_row_due(tuple, tupdesc, cols))
+		if (outbox_row_due(tuple, tupdesc, cols, &not_before))
 			outbox_wake(DatumGetInt64(id), RelationGetRelid(rel), channel);
 		else
-			outbox_note_scheduled();
+			outbox_note_scheduled(not_before);
 	}
 }
 
@@ -342,6 +344,7 @@ outbox_guard_update(Relation rel, HeapTuple oldtuple, HeapTuple newtuple,
 	Datum		new_recipient;
 	bool		old_recipient_null;
 	bool		new_recipient_null;
+	TimestampTz not_before;
 	int			i;
 
 	d = heap_getattr(oldtuple, cols->id, tupdesc, &isnull);
@@ -456,8 +459,8 @@ outbox_guard_update(Relation rel, HeapTuple oldtuple, HeapTuple newtuple,
 	 * to now or earlier; a row scheduled for later is woken when due, by
 	 * the worker.
 	 */
-	if (to == OUTBOX_PENDING && !outbox_row_due(newtuple, tupdesc, cols))
-		outbox_note_scheduled();
+	if (to == OUTBOX_PENDING && !outbox_row_due(newtuple, tupdesc, cols, &not_before))
+		outbox_note_scheduled(not_before);
 	else if (to == OUTBOX_PENDING)
 	{
 		old_recipient = heap_getattr(oldtuple, cols->recipient, tupdesc,
@@ -465,7 +468,7 @@ outbox_guard_update(Relation rel, HeapTuple oldtuple, HeapTuple newtuple,
 		new_recipient = heap_getattr(newtuple, cols->recipient, tupdesc,
 									 &new_recipient_null);
 		if (from != OUTBOX_PENDING ||
-			!outbox_row_due(oldtuple, tupdesc, cols) ||
+			!outbox_row_due(oldtuple, tupdesc, cols, &not_before) ||
 			!outbox_datum_equal(old_recipient, old_recipient_null,
 								new_recipient, new_recipient_null,
 								TupleDescAttr(tupdesc, cols->recipient - 1)))
@@ -641,10 +644,12 @@ outbox_column(Relation rel, const char *name, Oid typid, bool required)
  * outbox_row_due
  *
  * Whether a row's not_before (if it has the column) is unset or not later
- * than now: a pending row that is claimable as far as time goes.
+ * than now: a pending row that is claimable as far as time goes.  If not,
+ * *not_before is when it falls due.
  */
 static bool
-outbox_row_due(HeapTuple tuple, TupleDesc tupdesc, const OutboxColumns *cols)
+outbox_row_due(HeapTuple tuple, TupleDesc tupdesc, const OutboxColumns *cols,
+			   TimestampTz *not_before)
 {
 	bool		isnull;
 	Datum		d;
@@ -652,7 +657,10 @@ outbox_row_due(HeapTuple tuple, TupleDesc tupdesc, const OutboxColumns *cols)
 	if (cols->not_before == InvalidAttrNumber)
 		return true;
 	d = heap_getattr(tuple, cols->not_before, tupdesc, &isnull);
-	return isnull || DatumGetTimestampTz(d) <= GetCurrentTimestamp();
+	if (isnull)
+		return true;
+	*not_before = DatumGetTimestampTz(d);
+	return *not_before <= GetCurrentTimestamp();
 }
 
 /*

@@ -17,8 +17,9 @@
  *	 outbox_reclaim() and outbox_purge() (so the trigger stays the authority
  *	 and locked rows are skipped), dead-letters pending rows past their
  *	 expiry, then re-counts the open backlog;
- * - every SWEEPER_DUE_MS: notifies the rows scheduled for later (not_before)
- *	 that fell due since its last look, and wakes outbox_wait().
+ * - when the next row scheduled for later (not_before) falls due, or a
+ *	 producer committed new ones: notifies the rows that fell due since its
+ *	 last look, and wakes outbox_wait().
  *
  * An error in a pass is reported, its transaction aborted, and the loop
  * goes on a second later; the worker exits only when told to.
@@ -95,6 +96,7 @@ static void sweeper_notify(const OutboxWakeup *wakeups, int n);
 static bool sweeper_sweep(OutboxDatabase *db);
 static void sweeper_sweep_tables(SweeperStep step, TimestampTz now);
 static TimestampTz sweeper_wake_due(OutboxDatabase *db, TimestampTz now);
+static void sweeper_rewind_due(TimestampTz from);
 static void sweeper_recover(void);
 static bool sweeper_ring_used(OutboxDatabase *db);
 
@@ -221,7 +223,12 @@ outbox_sweeper_main(Datum main_arg)
 		 * latch).
 		 */
 		if (pg_atomic_exchange_u32(&sweeper_db->scheduled_hint, 0) != 0)
+		{
+			sweeper_rewind_due((TimestampTz)
+							   pg_atomic_exchange_u64(&sweeper_db->scheduled_min,
+													  (uint64) PG_INT64_MAX));
 			sweeper_next_due = 0;
+		}
 		if (now >= sweeper_next_due)
 			sweeper_next_due = sweeper_wake_due(sweeper_db, now);
 
@@ -437,6 +444,19 @@ sweeper_sweep_tables(SweeperStep step, TimestampTz now)
 		table = outbox_find_table(relid);
 		if (table == NULL)
 			continue;
+		/*
+		 * An outbox whose dead-letter table was dropped cannot move rows
+		 * there: it is left out, so that it does not fail the others' step.
+		 */
+		if (step != SWEEP_PURGE && outbox_table_has_policy(table) &&
+			outbox_table_dead_name(table) == NULL)
+		{
+			ereport(WARNING,
+					(errmsg("delivery_outbox sweeper: outbox %s has no dead-letter table, skipped",
+							outbox_table_name(table)),
+					 errhint("Detach the outbox and attach it again to recreate it.")));
+			continue;
+		}
 		switch (step)
 		{
 			case SWEEP_RECLAIM:
@@ -455,6 +475,30 @@ sweeper_sweep_tables(SweeperStep step, TimestampTz now)
 				if (outbox_table_has_policy(table))
 					(void) outbox_expire_rows(table, SWEEPER_MAX_ROWS);
 				break;
+		}
+	}
+}
+
+/*
+ * sweeper_rewind_due
+ *
+ * Rows scheduled for "from" were committed, perhaps after the worker looked
+ * past that time: every outbox's position goes back to it (a row woken
+ * twice is harmless, one never woken is not).
+ */
+static void
+sweeper_rewind_due(TimestampTz from)
+{
+	HASH_SEQ_STATUS status;
+	SweeperDuePosition *pos;
+
+	hash_seq_init(&status, sweeper_due_positions);
+	while ((pos = hash_seq_search(&status)) != NULL)
+	{
+		if (pos->not_before >= from)
+		{
+			pos->not_before = from;
+			pos->id = 0;
 		}
 	}
 }

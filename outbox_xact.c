@@ -86,8 +86,12 @@ static int	outbox_deferred_space = 0;
  */
 static OutboxXactLevel *outbox_committed = NULL;
 
-/* This transaction made rows pending for later (not_before in the future). */
+/*
+ * This transaction made rows pending for later (not_before in the future),
+ * the earliest due at outbox_scheduled_min.
+ */
 static bool outbox_scheduled = false;
+static TimestampTz outbox_scheduled_min = 0;
 static OutboxWakeup *outbox_committed_ids = NULL;
 static int	outbox_committed_nids = 0;
 
@@ -421,7 +425,13 @@ outbox_xact_release_callback(ResourceReleasePhase phase, bool isCommit,
 		if (isCommit && (db = outbox_my_database(false)) != NULL)
 		{
 			Latch	   *latch;
+			uint64		seen = pg_atomic_read_u64(&db->scheduled_min);
 
+			/* the earliest not_before of all such commits, for the worker */
+			while ((int64) seen > outbox_scheduled_min &&
+				   !pg_atomic_compare_exchange_u64(&db->scheduled_min, &seen,
+												   (uint64) outbox_scheduled_min))
+				;
 			pg_atomic_write_u32(&db->scheduled_hint, 1);
 			SpinLockAcquire(&db->mutex);
 			latch = db->worker_latch;
@@ -449,11 +459,15 @@ outbox_xact_release_callback(ResourceReleasePhase phase, bool isCommit,
  * outbox_note_scheduled
  *
  * A row became pending with a not_before in the future: at commit, tell the
- * worker, which sleeps until the next row falls due, to look again.
+ * worker, which sleeps until the next row falls due, to look again, and
+ * from when (a transaction may commit after its rows fell due, behind the
+ * worker's position).
  */
 void
-outbox_note_scheduled(void)
+outbox_note_scheduled(TimestampTz not_before)
 {
+	if (!outbox_scheduled || not_before < outbox_scheduled_min)
+		outbox_scheduled_min = not_before;
 	outbox_scheduled = true;
 }
 

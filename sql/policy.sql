@@ -192,7 +192,7 @@ SELECT p.proname AS function,
  WHERE p.pronamespace = 'public'::regnamespace
    AND p.proname IN ('outbox_enqueue', 'outbox_enqueue_batch', 'outbox_release',
                      'outbox_reject', 'outbox_redrive', 'outbox_next_due',
-                     'outbox_configure')
+                     'outbox_expire', 'outbox_configure')
  ORDER BY p.proname, p.oid::regprocedure::text;
 \x off
 -- the new functions are, like every other, SECURITY DEFINER with a pinned
@@ -203,7 +203,8 @@ SELECT p.proname, p.prosecdef, p.proisstrict, p.provolatile, p.proconfig,
                           WHERE a.grantee <> p.proowner) AS owner_only
   FROM pg_proc p
  WHERE p.pronamespace = 'public'::regnamespace
-   AND p.proname IN ('outbox_reject', 'outbox_redrive', 'outbox_next_due')
+   AND p.proname IN ('outbox_reject', 'outbox_redrive', 'outbox_next_due',
+                     'outbox_expire')
  ORDER BY 1;
 
 ---------------------------------------------------------------------------
@@ -989,6 +990,33 @@ SELECT outbox_next_due('', 'tenant_p.delivery_outbox');
 SELECT * FROM settings;
 SELECT * FROM tnt;
 SELECT * FROM dflt;
+
+---------------------------------------------------------------------------
+-- outbox_expire: the worker's expiry sweep, by call
+---------------------------------------------------------------------------
+DELETE FROM delivery_outbox;
+DELETE FROM delivery_outbox_dead;
+SELECT outbox_enqueue('agent:e', 'work', 'e1',
+                      expires_at => now() - interval '1 second') IS NOT NULL AS enqueued;
+SELECT outbox_enqueue('agent:e', 'work', 'e2',
+                      expires_at => now() + interval '1 hour') IS NOT NULL AS enqueued;
+SELECT outbox_enqueue('agent:e', 'work', 'e3') IS NOT NULL AS enqueued;
+\set VERBOSITY sqlstate
+SELECT outbox_expire(0);
+\set VERBOSITY default
+SELECT count(*) AS dead_before FROM delivery_outbox_dead;
+-- e1 is past its expires_at
+SELECT outbox_expire() AS expired;
+SELECT convert_from(payload, 'UTF8') AS row, dead_reason FROM delivery_outbox_dead ORDER BY id;
+-- a ttl every row has outlived: at most max_rows of each kind a call
+SELECT outbox_configure('delivery_outbox', ttl => '1 microsecond');
+SELECT pg_sleep(0.01);
+SELECT outbox_expire(1) AS expired_by_ttl;
+SELECT outbox_expire() AS expired_by_ttl;
+SELECT convert_from(payload, 'UTF8') AS row, dead_reason FROM delivery_outbox_dead ORDER BY id;
+SELECT count(*) AS left_in_outbox FROM delivery_outbox;
+SELECT outbox_configure('delivery_outbox', ttl => '0');
+DELETE FROM delivery_outbox_dead;
 
 DROP VIEW dflt, tnt, settings;
 SET client_min_messages = warning;

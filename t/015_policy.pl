@@ -195,6 +195,28 @@ ok( defined $hit && $hit->[2] >= $nb && $hit->[2] <= $nb + $soon && $hit->[1] eq
 note sprintf('steady state: heard %.3f s after not_before', $hit->[2] - $nb) if defined $hit;
 $node->safe_psql('postgres', "SELECT count(*) FROM outbox_claim(10, 'agent:d')");
 
+# A transaction that commits after its row fell due, the worker having
+# meanwhile woken a row due later (its position is past the first row):
+# the commit sends the worker back, and the row is woken right after it.
+my $late = $node->background_psql('postgres');
+$late->query_safe('BEGIN');
+my $late_id = $late->query_safe(
+	"SELECT outbox_enqueue('agent:late', 'work', '\\x01', not_before => clock_timestamp() + interval '0.3 s')");
+$late_id =~ s/\s+//g;
+($id, $nb) = enqueue_delayed('agent:d', '1 s');
+@got = wait_for_payload($relay, 'delivery_outbox', $id, $nb - time + $soon);
+ok((grep { $_->[0] eq $id } @got), "the row due later ($id) was woken first");
+ok(!(grep { $_->[0] eq $late_id } @got), "the uncommitted row ($late_id) was not");
+my $commit_time = time;
+$late->query_safe('COMMIT');
+@got = wait_for_payload($relay, 'delivery_outbox', $late_id, $soon);
+($hit) = grep { $_->[0] eq $late_id } @got;
+ok(defined $hit && $hit->[1] eq $worker && $hit->[2] <= $commit_time + $soon,
+	"a row committed after it fell due ($late_id) is woken after the commit, by the worker");
+$late->quit;
+$node->safe_psql('postgres', "SELECT count(*) FROM outbox_claim(10)");
+heard_all($relay);
+
 # Three rows due one after another, in another order than their ids, one on
 # a created outbox with a channel of its own: each heard after its
 # not_before, on its channel.
