@@ -451,7 +451,8 @@ sweeper_sweep_tables(SweeperStep step, TimestampTz now)
 		if (step != SWEEP_PURGE && outbox_table_has_policy(table) &&
 			outbox_table_dead_name(table) == NULL)
 		{
-			ereport(WARNING,
+			/* once a pass: from the reclaim, or the expiry if no reclaim runs */
+			ereport(step == SWEEP_RECLAIM || outbox_reclaim_after < 0 ? WARNING : DEBUG1,
 					(errmsg("delivery_outbox sweeper: outbox %s has no dead-letter table, skipped",
 							outbox_table_name(table)),
 					 errhint("Detach the outbox and attach it again to recreate it.")));
