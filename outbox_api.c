@@ -6,7 +6,7 @@
  * Every function runs in the caller's transaction.  None silently does
  * nothing on a NULL argument: a required argument that is NULL raises
  * 22004, and every bad argument raises an error before anything is written.
- * The functions change rows only through the statements of outbox_table.c
+ * The functions change rows only through the statements of outbox_plans.c
  * (so the state guard sees every change) and never write the bookkeeping
  * columns themselves.
  *
@@ -169,19 +169,25 @@ outbox_enqueue(PG_FUNCTION_ARGS)
 		 * between frees it: try again.
 		 */
 		Datum		key[2];
+		int			attempt;
 
 		key[0] = values[0];
 		key[1] = values[6];
-		for (;;)
+		for (attempt = 0;; attempt++)
 		{
 			CHECK_FOR_INTERRUPTS();
-			if (outbox_execute(t, OUTBOX_PLAN_ENQUEUE_DEDUP, values, nulls,
+			/* the direct insert found the key taken: read the holder first */
+			if (!(attempt == 0 && conflict) &&
+				outbox_execute(t, OUTBOX_PLAN_ENQUEUE_DEDUP, values, nulls,
 							   SPI_OK_INSERT_RETURNING) == 1)
 				break;
 			CommandCounterIncrement();
 			if (outbox_execute(t, OUTBOX_PLAN_DEDUP_LOOKUP, key, NULL,
 							   SPI_OK_SELECT) == 1)
 				break;
+			/* neither inserted nor held, again and again: a trigger's NULL */
+			if (attempt >= 3)
+				outbox_no_row_inserted();
 			CommandCounterIncrement();
 		}
 	}

@@ -243,6 +243,9 @@ SELECT outbox_enqueue('agent:g', 'skip', '\x0d');
 \echo :SQLSTATE
 SELECT outbox_enqueue('agent:g', 'bookkeeping', '\x0d');
 \echo :SQLSTATE
+-- with a dedup_key too (nothing inserted, nothing holds the key)
+SELECT outbox_enqueue('agent:g', 'skip', '\x0d', dedup_key => 'k-skip');
+\echo :SQLSTATE
 SELECT count(*) = :rows_before AS nothing_inserted FROM delivery_outbox;
 
 CREATE TRIGGER regress_after_stmt AFTER INSERT ON delivery_outbox
