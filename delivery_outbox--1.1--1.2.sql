@@ -356,6 +356,10 @@ DECLARE
     have oid;
     idx record;
     idxname name;
+    dead regclass;
+    seq text;
+    top bigint;
+    last_id bigint;
 BEGIN
     FOR col IN
         SELECT * FROM (VALUES
@@ -397,9 +401,30 @@ BEGIN
                            tbl, idx.def);
         END IF;
     END LOOP;
+    -- dedup keys need exactly this index (ON CONFLICT infers it)
+    IF NOT EXISTS (SELECT FROM pg_index i
+                    WHERE i.indrelid = tbl AND i.indisunique AND i.indisvalid
+                      AND pg_get_indexdef(i.indexrelid)
+                          ~ '\(recipient, dedup_key\) WHERE \(dedup_key IS NOT NULL\)$') THEN
+        RAISE EXCEPTION 'table % has no unique index on (recipient, dedup_key) WHERE dedup_key IS NOT NULL', tbl
+            USING ERRCODE = 'invalid_table_definition',
+                  HINT = format('An index named %s of another definition is in the way: drop or rename it.',
+                                left(rel, 63 - length('dedup_idx') - 1) || '_dedup_idx');
+    END IF;
     PERFORM @extschema@.outbox_set_triggers(tbl, channel);
+    dead := @extschema@.outbox_make_dead(tbl);
     INSERT INTO @extschema@.delivery_outbox_registry (outbox, origin, channel, dead)
-    VALUES (tbl, origin, channel, @extschema@.outbox_make_dead(tbl));
+    VALUES (tbl, origin, channel, dead);
+    -- a dead-letter table taken up keeps its ids: the outbox's sequence
+    -- must not hand them out again
+    seq := pg_get_serial_sequence(tbl::text, 'id');
+    IF seq IS NOT NULL THEN
+        EXECUTE format('SELECT max(id) FROM %s', dead) INTO top;
+        EXECUTE format('SELECT last_value FROM %s', seq) INTO last_id;
+        IF top IS NOT NULL AND top >= last_id THEN
+            PERFORM setval(seq, top);
+        END IF;
+    END IF;
     PERFORM @extschema@.outbox_invalidate(tbl);
 END
 $$;
@@ -700,6 +725,16 @@ BEGIN
     IF channel IS NOT NULL AND octet_length(channel) >= 64 THEN
         RAISE EXCEPTION 'channel must be shorter than 64 bytes'
             USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF backoff_base > interval '100 years' OR backoff_max > interval '100 years' THEN
+        RAISE EXCEPTION '% must not exceed 100 years',
+            CASE WHEN backoff_base > interval '100 years' THEN 'backoff_base' ELSE 'backoff_max' END
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF ttl > interval '1000 years' THEN
+        RAISE EXCEPTION 'ttl must not exceed 1000 years'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'ttl => ''0'' means no expiry.';
     END IF;
     IF max_attempts < 0 THEN
         RAISE EXCEPTION 'max_attempts must not be negative'

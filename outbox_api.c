@@ -306,7 +306,18 @@ outbox_release(PG_FUNCTION_ARGS)
 
 	own[0] = outbox_check_ids(fcinfo, 0);
 	if (!OUTBOX_ARG_IS_NULL(1))
+	{
+		Interval	limit;
+
 		outbox_check_interval(fcinfo, 1, "retry_after");
+		memset(&limit, 0, sizeof(limit));
+		limit.month = 100 * MONTHS_PER_YEAR;
+		if (DatumGetBool(DirectFunctionCall2(interval_gt, PG_GETARG_DATUM(1),
+											 IntervalPGetDatum(&limit))))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("retry_after must not exceed 100 years")));
+	}
 	own[1] = OUTBOX_ARG_IS_NULL(1) ? (Datum) 0 : PG_GETARG_DATUM(1);
 	own_nulls[1] = OUTBOX_ARG_IS_NULL(1) ? 'n' : ' ';
 	own[2] = outbox_null_text(fcinfo, 2, &own_nulls[2]);
@@ -335,7 +346,7 @@ outbox_reject(PG_FUNCTION_ARGS)
 	t = outbox_target(fcinfo, 2, ACL_UPDATE);
 	values[0] = TimestampTzGetDatum(GetCurrentTimestamp());
 	return outbox_count_result(outbox_move_rows(t, OUTBOX_PLAN_REJECT, values,
-												nulls, OUTBOX_COUNT_RELEASED));
+												nulls, OUTBOX_NUM_COUNTERS));
 }
 
 /*
@@ -354,7 +365,7 @@ outbox_redrive(PG_FUNCTION_ARGS)
 	bool		isnull;
 
 	values[1] = outbox_check_ids(fcinfo, 0);
-	t = outbox_target(fcinfo, 1, ACL_UPDATE);
+	t = outbox_target(fcinfo, 1, ACL_INSERT | ACL_UPDATE);
 	values[0] = TimestampTzGetDatum(GetCurrentTimestamp());
 	outbox_spi_connect();
 	outbox_execute(t, OUTBOX_PLAN_REDRIVE, values, NULL, SPI_OK_SELECT);

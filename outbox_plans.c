@@ -159,16 +159,21 @@ typedef struct OutboxPlanDef
 	"coalesce(" OUTBOX_EXPIRED(o) \
 	" OR $2 IS NOT NULL AND " o "delivery_attempts OPERATOR(pg_catalog.>=) $2, false)"
 /*
- * base x 2^(attempts - 1), capped, times a jitter in [0.5, 1].  Every
- * OPERATOR() has the same precedence, left to right: hence the parentheses.
+ * base x 2^(attempts - 1), capped at max, times a jitter in [0.5, 1), in
+ * seconds (float8: doubling an interval overflows it after some 40
+ * attempts; outbox_configure bounds base and max).  Every OPERATOR() has the
+ * same precedence, left to right: hence the parentheses.
  */
 #define OUTBOX_BACKOFF \
 	"CASE WHEN $4 OPERATOR(pg_catalog.>) '0'::pg_catalog.interval THEN" \
 	" $1 OPERATOR(pg_catalog.+)" \
-	" (LEAST($4 OPERATOR(pg_catalog.*) pg_catalog.power(2::pg_catalog.float8," \
-	" LEAST(o.delivery_attempts OPERATOR(pg_catalog.-) 1, 40)), $5)" \
+	" ((LEAST(pg_catalog.date_part('epoch', $4) OPERATOR(pg_catalog.*)" \
+	" pg_catalog.power(2::pg_catalog.float8," \
+	" LEAST(o.delivery_attempts OPERATOR(pg_catalog.-) 1, 1000))," \
+	" pg_catalog.date_part('epoch', $5))" \
 	" OPERATOR(pg_catalog.*) (0.5::pg_catalog.float8 OPERATOR(pg_catalog.+)" \
-	" (0.5::pg_catalog.float8 OPERATOR(pg_catalog.*) pg_catalog.random()))) END"
+	" (0.5::pg_catalog.float8 OPERATOR(pg_catalog.*) pg_catalog.random())))" \
+	" OPERATOR(pg_catalog.*) '1 second'::pg_catalog.interval) END"
 #define OUTBOX_DEAD_COLUMNS \
 	"id, recipient, kind, tenant_id, payload, delivery_state," \
 	" delivery_attempts, created_at, delivered_at, acked_at, not_before," \
@@ -180,30 +185,38 @@ typedef struct OutboxPlanDef
 	" delivery_attempts, created_at, delivered_at, acked_at, not_before," \
 	" expires_at, dedup_key, " last_error ", $1, " reason \
 	" FROM d ORDER BY id RETURNING 1)"
+/*
+ * What the lock CTE l of a requeue statement returns for each row it
+ * locked, computed on the version it locked (a row changed concurrently is
+ * re-read and re-judged by the lock), so that the DELETE and the UPDATE
+ * below agree on every row, whichever version their own scans start from.
+ */
+#define OUTBOX_LOCKED_COLUMNS \
+	"id, " OUTBOX_DEAD("") " AS dead," \
+	" CASE WHEN " OUTBOX_EXPIRED("") " THEN 'expired' ELSE 'max_attempts' END AS reason"
 #define OUTBOX_REQUEUE_SQL(lock, not_before, error) \
 	"WITH l AS (" lock ")," \
 	" d AS (DELETE FROM %1$s o USING l" \
 	" WHERE o.id OPERATOR(pg_catalog.=) l.id" \
-	" AND pg_catalog.texteq(o.delivery_state, 'delivered') AND " OUTBOX_DEAD("o.") \
+	" AND pg_catalog.texteq(o.delivery_state, 'delivered') AND l.dead" \
 	" RETURNING o.id, o.recipient, o.kind, o.tenant_id, o.payload," \
 	" o.delivery_state, o.delivery_attempts, o.created_at, o.delivered_at," \
 	" o.acked_at, o.not_before, o.expires_at, o.dedup_key, o.last_error," \
-	" CASE WHEN " OUTBOX_EXPIRED("o.") " THEN 'expired' ELSE 'max_attempts' END" \
-	" AS dead_reason)," \
+	" l.reason AS dead_reason)," \
 	OUTBOX_TO_DEAD("coalesce(" error ", last_error)", "dead_reason") "," \
 	" u AS (UPDATE %1$s o SET delivery_state = 'pending'," \
 	" not_before = " not_before "," \
 	" last_error = coalesce(" error ", o.last_error)" \
 	" FROM l WHERE o.id OPERATOR(pg_catalog.=) l.id" \
 	" AND pg_catalog.texteq(o.delivery_state, 'delivered')" \
-	" AND NOT " OUTBOX_DEAD("o.") " RETURNING 1)" \
+	" AND NOT l.dead RETURNING 1)" \
 	" SELECT (SELECT pg_catalog.count(*) FROM u), (SELECT pg_catalog.count(*) FROM x)"
 #define OUTBOX_POLICY_ARGS \
 	TIMESTAMPTZOID, INT4OID, TABLE_TIME, INTERVALOID, INTERVALOID
 
 /* the reconnect resync: a recipient's delivered rows, in id order */
 #define OUTBOX_RESYNC_LOCK(tenant) \
-	"SELECT id FROM %1$s" \
+	"SELECT " OUTBOX_LOCKED_COLUMNS " FROM %1$s" \
 	" WHERE recipient OPERATOR(pg_catalog.=) $6" \
 	" AND delivery_state OPERATOR(pg_catalog.=) 'delivered'" \
 	" AND " tenant \
@@ -342,7 +355,7 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 	},
 	/* $6 ids, $7 retry_after, $8 error */
 	[OUTBOX_PLAN_RELEASE] = {
-		OUTBOX_REQUEUE_SQL("SELECT id FROM %1$s"
+		OUTBOX_REQUEUE_SQL("SELECT " OUTBOX_LOCKED_COLUMNS " FROM %1$s"
 						   " WHERE id OPERATOR(pg_catalog.=) ANY ($6)"
 						   " AND pg_catalog.texteq(delivery_state, 'delivered')"
 						   " ORDER BY id FOR UPDATE",
@@ -358,7 +371,7 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 	},
 	/* $6 cutoff, $7 max rows */
 	[OUTBOX_PLAN_RECLAIM] = {
-		OUTBOX_REQUEUE_SQL("SELECT id FROM %1$s"
+		OUTBOX_REQUEUE_SQL("SELECT " OUTBOX_LOCKED_COLUMNS " FROM %1$s"
 						   " WHERE delivery_state OPERATOR(pg_catalog.=) 'delivered'"
 						   " AND delivered_at OPERATOR(pg_catalog.<) $6"
 						   " ORDER BY delivered_at LIMIT $7 FOR UPDATE SKIP LOCKED",
@@ -392,7 +405,8 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		" not_before = NULL,"
 		" dedup_key = CASE WHEN EXISTS (SELECT FROM %1$s k"
 		" WHERE k.recipient OPERATOR(pg_catalog.=) $2"
-		" AND k.dedup_key OPERATOR(pg_catalog.=) o.dedup_key)"
+		" AND k.dedup_key OPERATOR(pg_catalog.=) o.dedup_key"
+		" AND k.id OPERATOR(pg_catalog.<>) o.id)"
 		" THEN NULL ELSE o.dedup_key END"
 		" FROM l WHERE o.id OPERATOR(pg_catalog.=) l.id"
 		" AND NOT pg_catalog.texteq(o.delivery_state, 'acked')",
@@ -483,8 +497,10 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 	[OUTBOX_PLAN_DUE] = {
 		"SELECT id, not_before FROM %1$s"
 		" WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'"
-		" AND not_before IS NOT NULL AND (not_before, id) > ($1, $2)"
+		" AND not_before IS NOT NULL"
+		" AND ROW(not_before, id) OPERATOR(pg_catalog.>) ROW($1, $2)"
 		" AND not_before OPERATOR(pg_catalog.<=) $3"
+		" AND (expires_at IS NULL OR expires_at OPERATOR(pg_catalog.>) $3)"
 		" ORDER BY not_before, id LIMIT $4",
 		{TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID, INT8OID}
 	},
@@ -754,7 +770,7 @@ outbox_ttl_cutoff(OutboxTable *table, TimestampTz now, char *null)
  * Run one of the statements that take delivered rows back (release,
  * reclaim, resync: OUTBOX_REQUEUE_SQL): its first five parameters are the
  * outbox's policy, filled in here, followed by the statement's own nown
- * values.  The rows going back to pending are counted under counter, those
+ * values (own and own_nulls).  The rows going back to pending are counted under counter, those
  * dead-lettered instead as dead letters.  Returns the number of rows taken
  * back, either way.
  */
@@ -790,7 +806,8 @@ outbox_requeue(OutboxTable *table, OutboxPlanId id, const Datum *own,
  * outbox_move_rows
  *
  * Run a statement that moves rows to the dead letters (and, for the
- * requeue statements, others back to pending, counted under counter); it
+ * requeue statements, others back to pending, counted under counter, or
+ * OUTBOX_NUM_COUNTERS for a statement that requeues nothing); it
  * returns the number requeued (if two columns) and the number
  * dead-lettered.  The DELETEs that move rows out are not counted as purges
  * but as dead letters.  Returns the total.
@@ -804,7 +821,8 @@ outbox_move_rows(OutboxTable *table, OutboxPlanId id, Datum *values,
 	volatile int64 requeued = 0;
 	volatile int64 dead = 0;
 
-	outbox_requeue_counter = counter;
+	if (counter < OUTBOX_NUM_COUNTERS)
+		outbox_requeue_counter = counter;
 	outbox_delete_counter = OUTBOX_NUM_COUNTERS;
 	PG_TRY();
 	{
@@ -880,7 +898,7 @@ outbox_expire_rows(OutboxTable *table, int64 max_rows)
 	if (max_rows <= 0)
 		nulls[2] = 'n';
 	return outbox_move_rows(table, OUTBOX_PLAN_EXPIRE, values, nulls,
-							OUTBOX_COUNT_RECLAIMED);
+							OUTBOX_NUM_COUNTERS);
 }
 
 /*

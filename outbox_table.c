@@ -697,6 +697,12 @@ outbox_table_dead_name(OutboxTable *table)
 	return table->dead_name;
 }
 
+Oid
+outbox_table_dead_relid(OutboxTable *table)
+{
+	return table->dead_relid;
+}
+
 /*
  * outbox_table_plans
  *

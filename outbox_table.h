@@ -54,6 +54,7 @@ extern const char *outbox_table_channel(OutboxTable *table);
 extern bool outbox_table_has_policy(OutboxTable *table);
 extern const OutboxPolicy *outbox_table_policy(OutboxTable *table);
 extern const char *outbox_table_dead_name(OutboxTable *table);
+extern Oid	outbox_table_dead_relid(OutboxTable *table);
 extern SPIPlanPtr *outbox_table_plans(OutboxTable *table);
 
 extern bool outbox_installed(void);

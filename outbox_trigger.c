@@ -403,6 +403,17 @@ outbox_guard_update(Relation rel, HeapTuple oldtuple, HeapTuple newtuple,
 					 errtablecol(rel, attnum)));
 	}
 
+	if (cols->dedup_key != InvalidAttrNumber)
+	{
+		d = heap_getattr(newtuple, cols->dedup_key, tupdesc, &isnull);
+		if (!isnull && VARSIZE_ANY_EXHDR(DatumGetPointer(d)) == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_CHECK_VIOLATION),
+					 errmsg("dedup_key of outbox row " INT64_FORMAT " cannot be empty", id),
+					 errdetail("A dedup_key is NULL (none) or a non-empty string."),
+					 errtablecol(rel, cols->dedup_key)));
+	}
+
 	/* the bookkeeping is the trigger's, never the caller's */
 	d = heap_getattr(oldtuple, cols->attempts, tupdesc, &isnull);
 	if (isnull)

@@ -34,6 +34,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "utils/resowner.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -96,6 +97,9 @@ static void sweeper_notify(const OutboxWakeup *wakeups, int n);
 static bool sweeper_sweep(OutboxDatabase *db);
 static void sweeper_sweep_tables(SweeperStep step, TimestampTz now);
 static TimestampTz sweeper_wake_due(OutboxDatabase *db, TimestampTz now);
+static void sweeper_step_table(SweeperStep step, OutboxTable *table,
+							   TimestampTz now);
+static int	sweeper_due_table(OutboxTable *table, SweeperDuePosition *pos);
 static void sweeper_rewind_due(TimestampTz from);
 static void sweeper_recover(void);
 static bool sweeper_ring_used(OutboxDatabase *db);
@@ -458,6 +462,35 @@ sweeper_sweep_tables(SweeperStep step, TimestampTz now)
 					 errhint("Detach the outbox and attach it again to recreate it.")));
 			continue;
 		}
+		/* nor does one whose dead-letter table someone holds locked */
+		if (step != SWEEP_PURGE && outbox_table_has_policy(table) &&
+			!ConditionalLockRelationOid(outbox_table_dead_relid(table),
+										RowExclusiveLock))
+			continue;
+		if (step == SWEEP_EXPIRE && !outbox_table_has_policy(table))
+			continue;
+		sweeper_step_table(step, table, now);
+	}
+}
+
+/*
+ * sweeper_step_table
+ *
+ * One step on one outbox, in a subtransaction: an error (a row whose
+ * backoff overflows, a constraint of the dead-letter table) is reported as
+ * a warning and undoes that outbox's step alone, so that it cannot stall
+ * the others' sweeps.
+ */
+static void
+sweeper_step_table(SweeperStep step, OutboxTable *table, TimestampTz now)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
 		switch (step)
 		{
 			case SWEEP_RECLAIM:
@@ -473,11 +506,32 @@ sweeper_sweep_tables(SweeperStep step, TimestampTz now)
 										 SWEEPER_MAX_ROWS);
 				break;
 			case SWEEP_EXPIRE:
-				if (outbox_table_has_policy(table))
-					(void) outbox_expire_rows(table, SWEEPER_MAX_ROWS);
+				(void) outbox_expire_rows(table, SWEEPER_MAX_ROWS);
 				break;
 		}
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
 	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		ereport(WARNING,
+				(errmsg("delivery_outbox sweeper: the %s of outbox %s failed: %s",
+						step == SWEEP_RECLAIM ? "reclaim" :
+						step == SWEEP_PURGE ? "purge" : "expiry",
+						outbox_table_name(table), edata->message),
+				 errdetail("The other outboxes are swept; this one is tried again at the next sweep.")));
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
 }
 
 /*
@@ -502,6 +556,61 @@ sweeper_rewind_due(TimestampTz from)
 			pos->id = 0;
 		}
 	}
+}
+
+/*
+ * sweeper_due_table
+ *
+ * The wake-ups of one outbox's rows that fell due, queued (NOTIFY) in a
+ * subtransaction: on an error the outbox's position stays where it was and
+ * the notifications queued for it go, and -1 is returned (a warning says
+ * why); else the number of rows notified.
+ */
+static int
+sweeper_due_table(OutboxTable *table, SweeperDuePosition *pos)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	SweeperDuePosition saved = *pos;
+	int			n = -1;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		int			i;
+
+		n = outbox_due_rows(table, &pos->not_before, &pos->id,
+							sweeper_due_ids, SWEEPER_DUE_ROWS);
+		/* reported only when there is something to do: a look is cheap */
+		if (n > 0)
+			pgstat_report_activity(STATE_RUNNING, "delivery_outbox: waking due rows");
+		for (i = 0; i < n; i++)
+			outbox_notify(sweeper_due_ids[i], outbox_table_relid(table),
+						  outbox_table_channel(table));
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		*pos = saved;
+		n = -1;
+		ereport(WARNING,
+				(errmsg("delivery_outbox sweeper: the wake-ups of outbox %s failed: %s",
+						outbox_table_name(table), edata->message)));
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+	return n;
 }
 
 /*
@@ -534,7 +643,6 @@ sweeper_wake_due(OutboxDatabase *db, TimestampTz now)
 			SweeperDuePosition *pos;
 			bool		found;
 			int			n;
-			int			i;
 
 			if (!ConditionalLockRelationOid(relid, AccessShareLock))
 			{
@@ -551,13 +659,15 @@ sweeper_wake_due(OutboxDatabase *db, TimestampTz now)
 															  -SWEEPER_DUE_LOOKBACK_MS);
 				pos->id = 0;
 			}
-			n = outbox_due_rows(table, &pos->not_before, &pos->id,
-								sweeper_due_ids, SWEEPER_DUE_ROWS);
+			n = sweeper_due_table(table, pos);
+			if (n < 0)
+			{
+				next = Min(next, TimestampTzPlusMilliseconds(now, SWEEPER_DUE_MS));
+				continue;
+			}
 			/* reported only when there is something to do: a look is cheap */
 			if (n > 0 && woken == 0)
 				pgstat_report_activity(STATE_RUNNING, "delivery_outbox: waking due rows");
-			for (i = 0; i < n; i++)
-				outbox_notify(sweeper_due_ids[i], relid, outbox_table_channel(table));
 			woken += n;
 			if (n == SWEEPER_DUE_ROWS)
 				next = now;

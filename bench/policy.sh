@@ -184,7 +184,7 @@ SELECT right(a.outbox::text, -2) AS outbox,
   FROM delivery_outbox_activity a
  WHERE a.datname = 'policy' AND a.outbox::text IN ('t.base', 't.nobackoff', 't.backoff')
  ORDER BY 1;
--- a doubling backoff from 1 s capped at 60 s, jitter in [0.5, 1]: at most
+-- a doubling backoff from 1 s capped at 60 s, jitter in [0.5, 1): at most
 -- log2(60) + 1 pushes until the cap, then one per 30 s at most
 SELECT round(log(2, 60) + 1 + (:secs - 60) / 30.0, 1) AS bound_per_down_row,
        CASE WHEN (SELECT released FROM delivery_outbox_activity

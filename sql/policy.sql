@@ -1018,6 +1018,79 @@ SELECT count(*) AS left_in_outbox FROM delivery_outbox;
 SELECT outbox_configure('delivery_outbox', ttl => '0');
 DELETE FROM delivery_outbox_dead;
 
+---------------------------------------------------------------------------
+-- Review fixes: bounds, a long backoff, reassign onto itself, an empty key
+-- by UPDATE, a dead table taken up with its ids
+---------------------------------------------------------------------------
+\set VERBOSITY sqlstate
+SELECT outbox_configure('delivery_outbox', backoff_max => '101 years');
+SELECT outbox_configure('delivery_outbox', backoff_base => '101 years');
+SELECT outbox_configure('delivery_outbox', ttl => '1001 years');
+\set VERBOSITY default
+SELECT outbox_configure('delivery_outbox', backoff_max => '101 years');
+SELECT outbox_configure('delivery_outbox', ttl => '1001 years');
+SELECT * FROM settings;
+-- a row with many attempts backs off by backoff_max, no overflow
+SELECT outbox_configure('delivery_outbox', max_attempts => 0, backoff_base => '1 minute',
+                        backoff_max => '1 hour');
+SELECT outbox_enqueue('agent:l', 'work', 'l1') IS NOT NULL AS enqueued;
+DO $$
+BEGIN
+  FOR i IN 1 .. 60 LOOP
+    PERFORM outbox_claim(1, 'agent:l');
+    UPDATE delivery_outbox SET delivery_state = 'pending' WHERE recipient = 'agent:l';
+    UPDATE delivery_outbox SET not_before = NULL WHERE recipient = 'agent:l';
+  END LOOP;
+END $$;
+SELECT delivery_attempts FROM delivery_outbox WHERE recipient = 'agent:l';
+SELECT count(*) FROM outbox_claim(1, 'agent:l');
+SELECT outbox_release(ARRAY(SELECT id FROM delivery_outbox WHERE recipient = 'agent:l')) AS released;
+SELECT not_before > now() + interval '29 minutes' AND not_before <= now() + interval '1 hour' AS capped
+  FROM delivery_outbox WHERE recipient = 'agent:l';
+\set VERBOSITY sqlstate
+SELECT outbox_release(ARRAY[1]::bigint[], retry_after => '101 years');
+\set VERBOSITY default
+SELECT outbox_release(ARRAY[1]::bigint[], retry_after => '101 years');
+SELECT outbox_configure('delivery_outbox', backoff_base => '0');
+-- reassign onto the same recipient keeps its keys
+SELECT outbox_enqueue('agent:same', 'work', 's1', dedup_key => 'S1') AS s1 \gset
+SELECT outbox_reassign('agent:same', 'agent:same') AS moved;
+SELECT dedup_key FROM delivery_outbox WHERE id = :s1;
+SELECT outbox_enqueue('agent:same', 'work', 's1-again', dedup_key => 'S1') = :s1 AS same_row;
+-- an empty key by UPDATE: 23514, nothing changed
+\set VERBOSITY sqlstate
+UPDATE delivery_outbox SET dedup_key = '' WHERE id = :s1;
+\set VERBOSITY default
+SELECT dedup_key FROM delivery_outbox WHERE id = :s1;
+DELETE FROM delivery_outbox;
+-- a dead-letter table left by DROP TABLE is taken up by the next outbox of
+-- that name, and the new outbox's ids start past its letters
+CREATE SCHEMA tenant_up;
+SELECT outbox_create('tenant_up') IS NOT NULL AS created;
+SELECT outbox_configure('tenant_up.delivery_outbox', max_attempts => 1);
+SELECT count(*) FROM outbox_enqueue_batch(ARRAY['agent:u', 'agent:u', 'agent:u'],
+                                          ARRAY['work', 'work', 'work'],
+                                          ARRAY['u1', 'u2', 'u3']::bytea[],
+                                          outbox => 'tenant_up.delivery_outbox');
+SELECT count(*) FROM outbox_claim(10, outbox => 'tenant_up.delivery_outbox');
+SELECT outbox_release(ARRAY(SELECT id FROM tenant_up.delivery_outbox),
+                      outbox => 'tenant_up.delivery_outbox') AS dead_lettered;
+SELECT max(id) AS top_dead FROM tenant_up.delivery_outbox_dead \gset
+SET client_min_messages = warning;
+DROP TABLE tenant_up.delivery_outbox;
+RESET client_min_messages;
+SELECT outbox_create('tenant_up') IS NOT NULL AS created_again;
+SELECT count(*) AS letters_kept FROM tenant_up.delivery_outbox_dead;
+SELECT outbox_enqueue('agent:u', 'work', 'u4', outbox => 'tenant_up.delivery_outbox') > :top_dead
+       AS past_the_letters;
+SELECT count(*) FROM outbox_claim(10, outbox => 'tenant_up.delivery_outbox');
+SELECT outbox_reject(ARRAY(SELECT id FROM tenant_up.delivery_outbox),
+                     outbox => 'tenant_up.delivery_outbox') AS rejected;
+SELECT count(*) AS letters FROM tenant_up.delivery_outbox_dead;
+SET client_min_messages = warning;
+DROP SCHEMA tenant_up CASCADE;
+RESET client_min_messages;
+
 DROP VIEW dflt, tnt, settings;
 SET client_min_messages = warning;
 DROP SCHEMA tenant_p CASCADE;
