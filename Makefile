@@ -2,7 +2,8 @@
 
 MODULE_big = delivery_outbox
 OBJS = delivery_outbox.o outbox_shmem.o outbox_xact.o outbox_trigger.o outbox_table.o \
-	outbox_plans.o outbox_insert.o outbox_args.o outbox_api.o outbox_worker.o
+	outbox_statements.o outbox_plans.o outbox_insert.o outbox_args.o outbox_api.o outbox_monitor.o \
+	outbox_worker.o
 EXTENSION = delivery_outbox
 DATA = $(notdir $(wildcard $(srcdir)/delivery_outbox--*.sql))
 PGFILEDESC = "delivery_outbox - ack-tracked push-delivery outbox"

@@ -1,8 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * outbox_plans.h
- *		The statements run on an outbox table, and the row operations that
- *		both the SQL functions and the worker use.
+ *		The row operations that both the SQL functions and the worker use.
  *
  * Copyright (c) 2026, delivery_outbox developers
  *
@@ -17,55 +16,8 @@
 #include "utils/timestamp.h"
 
 #include "outbox_shmem.h"
+#include "outbox_statements.h"
 #include "outbox_table.h"
-
-/* Parameters of a statement, at most. */
-#define OUTBOX_PLAN_MAX_ARGS	8
-
-/* Each statement; see outbox_plan_defs in outbox_plans.c. */
-typedef enum OutboxPlanId
-{
-	OUTBOX_PLAN_ENQUEUE,
-	OUTBOX_PLAN_ENQUEUE_DEDUP,
-	OUTBOX_PLAN_DEDUP_LOOKUP,
-	OUTBOX_PLAN_CLAIM,			/* four filter variants, in this order */
-	OUTBOX_PLAN_CLAIM_R,
-	OUTBOX_PLAN_CLAIM_T,
-	OUTBOX_PLAN_CLAIM_RT,
-	OUTBOX_PLAN_ACK_LOCK,
-	OUTBOX_PLAN_ACK_LOCK_R,
-	OUTBOX_PLAN_ACK_DELIVER,
-	OUTBOX_PLAN_ACK_FINISH,
-	OUTBOX_PLAN_RELEASE,
-	OUTBOX_PLAN_RECLAIM,
-	OUTBOX_PLAN_RESYNC,
-	OUTBOX_PLAN_RESYNC_NULL_TENANT,
-	OUTBOX_PLAN_REASSIGN,
-	OUTBOX_PLAN_REJECT,
-	OUTBOX_PLAN_REDRIVE,
-	OUTBOX_PLAN_EXPIRE,
-	OUTBOX_PLAN_DUE,
-	OUTBOX_PLAN_NEXT_DUE,
-	OUTBOX_PLAN_NEXT_DUE_R,
-	OUTBOX_PLAN_REPLAY,
-	OUTBOX_PLAN_REPLAY_T,
-	OUTBOX_PLAN_PURGE,
-	OUTBOX_PLAN_STATS,
-	OUTBOX_PLAN_ENQUEUE_BATCH,
-	OUTBOX_PLAN_ENQUEUE_BATCH_DEDUP,
-	OUTBOX_PLAN_DEDUP_LOOKUP_BATCH,
-	OUTBOX_PLAN_EXISTS,
-	OUTBOX_PLAN_EXISTS_R,
-	OUTBOX_PLAN_BACKLOG,
-	OUTBOX_NUM_PLANS
-} OutboxPlanId;
-
-/* a table's statements, through SPI */
-extern void outbox_spi_connect(void);
-extern uint64 outbox_execute(OutboxTable *table, OutboxPlanId id,
-							 Datum *values, const char *nulls, int expected);
-extern uint64 outbox_run(OutboxTable *table, OutboxPlanId id, Datum *values,
-						 const char *nulls, int expected);
 
 /* row operations of the API and the worker */
 extern Datum outbox_ttl_cutoff(OutboxTable *table, TimestampTz now,
