@@ -53,8 +53,10 @@ OUTBOX_EXAMPLE_PACKAGES=(python3-psycopg python3-yaml libpq-dev nodejs
                          librust-futures-util-dev prometheus-postgres-exporter curl)
 # "command=package": the package is installed only when the command is
 # missing.  NodeSource's nodejs ships npm and conflicts with Debian's npm.
+# "optional:command=package": the same, but a failure to install it is only a
+# warning, and the tests that need it skip (t/018_patroni.pl: Patroni, etcd).
 # shellcheck disable=SC2034  # used by scripts/test.sh
-OUTBOX_EXAMPLE_COMMANDS=(npm=npm)
+OUTBOX_EXAMPLE_COMMANDS=(npm=npm optional:patroni=patroni optional:etcd=etcd-server)
 
 OUTBOX_TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUTBOX_WORK=
@@ -134,9 +136,20 @@ outbox_install_packages()
 
     # shellcheck disable=SC2206   # a space-separated list on purpose
     want+=(${OUTBOX_PACKAGES:-})
+    local -a optional=()
     for p in ${OUTBOX_COMMAND_PACKAGES:-}; do
-        command -v "${p%%=*}" >/dev/null 2>&1 || want+=("${p#*=}")
+        case $p in
+            optional:*) p=${p#optional:}
+                command -v "${p%%=*}" >/dev/null 2>&1 || optional+=("${p#*=}") ;;
+            *) command -v "${p%%=*}" >/dev/null 2>&1 || want+=("${p#*=}") ;;
+        esac
     done
+    # The optional ones first, on their own (the same steps, in a subshell
+    # whose failure is only a warning).
+    [ ${#optional[@]} -eq 0 ] ||
+        (OUTBOX_BASE_PACKAGES=("${optional[@]}")
+         OUTBOX_PACKAGES='' OUTBOX_COMMAND_PACKAGES='' outbox_install_packages) ||
+        warn "could not install ${optional[*]}: the tests that need them skip"
     command -v dpkg-query >/dev/null 2>&1 ||
         die "dpkg-query not found: this script installs Debian packages (${want[*]})"
     for p in "${want[@]}"; do
