@@ -108,6 +108,8 @@ typedef struct OutboxPrepared
 	Oid			dboid;			/* InvalidOid: entry unused */
 	char		gid[GIDSIZE];
 	bool		made_pending;
+	bool		scheduled;		/* it made rows pending for later... */
+	TimestampTz scheduled_min;	/* ... the earliest due then */
 	int64		deltas[OUTBOX_NUM_COUNTERS];
 	int			ntables;
 	Oid			relids[OUTBOX_PREPARED_TABLES];

@@ -73,6 +73,7 @@ static void outbox_publish(OutboxDatabase *db, const int64 *deltas,
 static void outbox_publish_tables(List *tables, const OutboxWakeup *dropped,
 								  int ndropped);
 static void outbox_stash_prepared(OutboxXactLevel *level);
+static void outbox_hint_worker(OutboxDatabase *db, TimestampTz not_before);
 
 /* This transaction's bookkeeping (in TopTransactionContext), see above. */
 static OutboxXactLevel *outbox_xact = NULL;
@@ -375,6 +376,9 @@ outbox_xact_callback(XactEvent event, void *arg)
 	}
 	else if (level != NULL && event == XACT_EVENT_PREPARE)
 		outbox_stash_prepared(level);
+	/* a prepared transaction tells the worker at COMMIT PREPARED */
+	if (event == XACT_EVENT_PREPARE)
+		outbox_scheduled = false;
 
 	switch (event)
 	{
@@ -423,22 +427,7 @@ outbox_xact_release_callback(ResourceReleasePhase phase, bool isCommit,
 	{
 		outbox_scheduled = false;
 		if (isCommit && (db = outbox_my_database(false)) != NULL)
-		{
-			Latch	   *latch;
-			uint64		seen = pg_atomic_read_u64(&db->scheduled_min);
-
-			/* the earliest not_before of all such commits, for the worker */
-			while ((int64) seen > outbox_scheduled_min &&
-				   !pg_atomic_compare_exchange_u64(&db->scheduled_min, &seen,
-												   (uint64) outbox_scheduled_min))
-				;
-			pg_atomic_write_u32(&db->scheduled_hint, 1);
-			SpinLockAcquire(&db->mutex);
-			latch = db->worker_latch;
-			SpinLockRelease(&db->mutex);
-			if (latch != NULL)
-				SetLatch(latch);
-		}
+			outbox_hint_worker(db, outbox_scheduled_min);
 	}
 	if (level == NULL || !isCommit)
 		return;
@@ -469,6 +458,31 @@ outbox_note_scheduled(TimestampTz not_before)
 	if (!outbox_scheduled || not_before < outbox_scheduled_min)
 		outbox_scheduled_min = not_before;
 	outbox_scheduled = true;
+}
+
+/*
+ * outbox_hint_worker
+ *
+ * Rows scheduled for later, the earliest due at not_before, were committed:
+ * tell the worker (the earliest not_before of all such commits, a hint, and
+ * its latch).  Never fails.
+ */
+static void
+outbox_hint_worker(OutboxDatabase *db, TimestampTz not_before)
+{
+	Latch	   *latch;
+	uint64		seen = pg_atomic_read_u64(&db->scheduled_min);
+
+	while ((int64) seen > not_before &&
+		   !pg_atomic_compare_exchange_u64(&db->scheduled_min, &seen,
+										   (uint64) not_before))
+		;
+	pg_atomic_write_u32(&db->scheduled_hint, 1);
+	SpinLockAcquire(&db->mutex);
+	latch = db->worker_latch;
+	SpinLockRelease(&db->mutex);
+	if (latch != NULL)
+		SetLatch(latch);
 }
 
 /*
@@ -566,6 +580,8 @@ outbox_stash_prepared(OutboxXactLevel *level)
 		strlcpy(p->gid, outbox_prepare_gid, GIDSIZE);
 		memcpy(p->deltas, level->deltas, sizeof(p->deltas));
 		p->made_pending = level->made_pending;
+		p->scheduled = outbox_scheduled;
+		p->scheduled_min = outbox_scheduled_min;
 		p->ntables = 0;
 		foreach(lc, level->tables)
 		{
@@ -630,6 +646,8 @@ outbox_finish_prepared(const char *gid, bool commit)
 				tables = lappend(tables, t);
 			}
 			outbox_publish_tables(tables, NULL, 0);
+			if (found.scheduled)
+				outbox_hint_worker(db, found.scheduled_min);
 		}
 	}
 }

@@ -63,6 +63,7 @@ my $node = outbox_node(
 delivery_outbox.database = 'postgres'
 delivery_outbox.reclaim_after = -1
 delivery_outbox.retain_acked = -1
+max_prepared_transactions = 2
 },
 	databases => ['other'],
 	extension => [ 'postgres', 'other' ]);
@@ -214,6 +215,28 @@ $late->query_safe('COMMIT');
 ok(defined $hit && $hit->[1] eq $worker && $hit->[2] <= $commit_time + $soon,
 	"a row committed after it fell due ($late_id) is woken after the commit, by the worker");
 $late->quit;
+$node->safe_psql('postgres', "SELECT count(*) FROM outbox_claim(10)");
+heard_all($relay);
+
+# The same with two-phase commit: a row that fell due while its transaction
+# was prepared is woken right after COMMIT PREPARED (which may come from
+# another session).
+my $prep = $node->background_psql('postgres');
+$prep->query_safe('BEGIN');
+my $prep_id = $prep->query_safe(
+	"SELECT outbox_enqueue('agent:prep', 'work', '\\x01', not_before => clock_timestamp() + interval '0.3 s')");
+$prep_id =~ s/\s+//g;
+$prep->query_safe("PREPARE TRANSACTION 'policy_prep'");
+$prep->quit;
+($id, $nb) = enqueue_delayed('agent:d', '1 s');
+@got = wait_for_payload($relay, 'delivery_outbox', $id, $nb - time + $soon);
+ok(!(grep { $_->[0] eq $prep_id } @got), "the prepared row ($prep_id) was not woken before COMMIT PREPARED");
+$commit_time = time;
+$node->safe_psql('postgres', "COMMIT PREPARED 'policy_prep'");
+@got = wait_for_payload($relay, 'delivery_outbox', $prep_id, $soon);
+($hit) = grep { $_->[0] eq $prep_id } @got;
+ok(defined $hit && $hit->[1] eq $worker && $hit->[2] <= $commit_time + $soon,
+	"a prepared row that fell due is woken after COMMIT PREPARED, by the worker");
 $node->safe_psql('postgres', "SELECT count(*) FROM outbox_claim(10)");
 heard_all($relay);
 
