@@ -91,15 +91,26 @@ typedef enum SweeperStep
 	SWEEP_EXPIRE
 } SweeperStep;
 
+/* One outbox's work for sweeper_guarded: a sweep step, or its wake-ups. */
+typedef struct SweeperJob
+{
+	SweeperStep step;
+	OutboxTable *table;
+	TimestampTz now;
+	SweeperDuePosition *pos;
+	int			n;				/* rows woken */
+} SweeperJob;
+
 static void sweeper_detach(int code, Datum arg);
 static bool sweeper_send_wakeups(OutboxDatabase *db, int max_batches);
 static void sweeper_notify(const OutboxWakeup *wakeups, int n);
 static bool sweeper_sweep(OutboxDatabase *db);
 static void sweeper_sweep_tables(SweeperStep step, TimestampTz now);
 static TimestampTz sweeper_wake_due(OutboxDatabase *db, TimestampTz now);
-static void sweeper_step_table(SweeperStep step, OutboxTable *table,
-							   TimestampTz now);
-static int	sweeper_due_table(OutboxTable *table, SweeperDuePosition *pos);
+static bool sweeper_guarded(void (*work) (SweeperJob *job), SweeperJob *job,
+							const char *what);
+static void sweeper_step_work(SweeperJob *job);
+static void sweeper_due_work(SweeperJob *job);
 static void sweeper_rewind_due(TimestampTz from);
 static void sweeper_recover(void);
 static bool sweeper_ring_used(OutboxDatabase *db);
@@ -469,46 +480,38 @@ sweeper_sweep_tables(SweeperStep step, TimestampTz now)
 			continue;
 		if (step == SWEEP_EXPIRE && !outbox_table_has_policy(table))
 			continue;
-		sweeper_step_table(step, table, now);
+		{
+			SweeperJob	job = {.step = step, .table = table, .now = now};
+
+			(void) sweeper_guarded(sweeper_step_work, &job,
+								   step == SWEEP_RECLAIM ? "reclaim" :
+								   step == SWEEP_PURGE ? "purge" : "expiry");
+		}
 	}
 }
 
 /*
- * sweeper_step_table
+ * sweeper_guarded
  *
- * One step on one outbox, in a subtransaction: an error (a row whose
+ * Run job's work on one outbox in a subtransaction: an error (a row whose
  * backoff overflows, a constraint of the dead-letter table) is reported as
- * a warning and undoes that outbox's step alone, so that it cannot stall
- * the others' sweeps.
+ * a warning naming the outbox and "what", undoes that outbox's work alone
+ * (its NOTIFYs included), and returns false, so that one outbox cannot
+ * stall the others' sweeps or wake-ups.
  */
-static void
-sweeper_step_table(SweeperStep step, OutboxTable *table, TimestampTz now)
+static bool
+sweeper_guarded(void (*work) (SweeperJob *job), SweeperJob *job,
+				const char *what)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
+	volatile bool ok = true;
 
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(cxt);
 	PG_TRY();
 	{
-		switch (step)
-		{
-			case SWEEP_RECLAIM:
-				(void) outbox_reclaim_rows(table,
-										   TimestampTzPlusMilliseconds(now,
-																	   -(int64) outbox_reclaim_after * 1000),
-										   SWEEPER_MAX_ROWS);
-				break;
-			case SWEEP_PURGE:
-				(void) outbox_purge_rows(table,
-										 TimestampTzPlusMilliseconds(now,
-																	 -(int64) outbox_retain_acked * 1000),
-										 SWEEPER_MAX_ROWS);
-				break;
-			case SWEEP_EXPIRE:
-				(void) outbox_expire_rows(table, SWEEPER_MAX_ROWS);
-				break;
-		}
+		work(job);
 		ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(cxt);
 		CurrentResourceOwner = owner;
@@ -525,13 +528,62 @@ sweeper_step_table(SweeperStep step, OutboxTable *table, TimestampTz now)
 		CurrentResourceOwner = owner;
 		ereport(WARNING,
 				(errmsg("delivery_outbox sweeper: the %s of outbox %s failed: %s",
-						step == SWEEP_RECLAIM ? "reclaim" :
-						step == SWEEP_PURGE ? "purge" : "expiry",
-						outbox_table_name(table), edata->message),
-				 errdetail("The other outboxes are swept; this one is tried again at the next sweep.")));
+						what, outbox_table_name(job->table), edata->message),
+				 errdetail("The other outboxes go on; this one is tried again at the next pass.")));
 		FreeErrorData(edata);
+		ok = false;
 	}
 	PG_END_TRY();
+	return ok;
+}
+
+/*
+ * sweeper_step_work
+ *
+ * One sweep step (job->step) on one outbox (sweeper_guarded's work).
+ */
+static void
+sweeper_step_work(SweeperJob *job)
+{
+	switch (job->step)
+	{
+		case SWEEP_RECLAIM:
+			(void) outbox_reclaim_rows(job->table,
+									   TimestampTzPlusMilliseconds(job->now,
+																   -(int64) outbox_reclaim_after * 1000),
+									   SWEEPER_MAX_ROWS);
+			break;
+		case SWEEP_PURGE:
+			(void) outbox_purge_rows(job->table,
+									 TimestampTzPlusMilliseconds(job->now,
+																 -(int64) outbox_retain_acked * 1000),
+									 SWEEPER_MAX_ROWS);
+			break;
+		case SWEEP_EXPIRE:
+			(void) outbox_expire_rows(job->table, SWEEPER_MAX_ROWS);
+			break;
+	}
+}
+
+/*
+ * sweeper_due_work
+ *
+ * NOTIFY the rows of one outbox that fell due after its position, moving
+ * the position past them; job->n is how many (sweeper_guarded's work).
+ */
+static void
+sweeper_due_work(SweeperJob *job)
+{
+	int			i;
+
+	job->n = outbox_due_rows(job->table, &job->pos->not_before, &job->pos->id,
+							 sweeper_due_ids, SWEEPER_DUE_ROWS);
+	/* reported only when there is something to do: a look is cheap */
+	if (job->n > 0)
+		pgstat_report_activity(STATE_RUNNING, "delivery_outbox: waking due rows");
+	for (i = 0; i < job->n; i++)
+		outbox_notify(sweeper_due_ids[i], outbox_table_relid(job->table),
+					  outbox_table_channel(job->table));
 }
 
 /*
@@ -556,61 +608,6 @@ sweeper_rewind_due(TimestampTz from)
 			pos->id = 0;
 		}
 	}
-}
-
-/*
- * sweeper_due_table
- *
- * The wake-ups of one outbox's rows that fell due, queued (NOTIFY) in a
- * subtransaction: on an error the outbox's position stays where it was and
- * the notifications queued for it go, and -1 is returned (a warning says
- * why); else the number of rows notified.
- */
-static int
-sweeper_due_table(OutboxTable *table, SweeperDuePosition *pos)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	SweeperDuePosition saved = *pos;
-	int			n = -1;
-
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
-	{
-		int			i;
-
-		n = outbox_due_rows(table, &pos->not_before, &pos->id,
-							sweeper_due_ids, SWEEPER_DUE_ROWS);
-		/* reported only when there is something to do: a look is cheap */
-		if (n > 0)
-			pgstat_report_activity(STATE_RUNNING, "delivery_outbox: waking due rows");
-		for (i = 0; i < n; i++)
-			outbox_notify(sweeper_due_ids[i], outbox_table_relid(table),
-						  outbox_table_channel(table));
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-		*pos = saved;
-		n = -1;
-		ereport(WARNING,
-				(errmsg("delivery_outbox sweeper: the wake-ups of outbox %s failed: %s",
-						outbox_table_name(table), edata->message)));
-		FreeErrorData(edata);
-	}
-	PG_END_TRY();
-	return n;
 }
 
 /*
@@ -659,11 +656,18 @@ sweeper_wake_due(OutboxDatabase *db, TimestampTz now)
 															  -SWEEPER_DUE_LOOKBACK_MS);
 				pos->id = 0;
 			}
-			n = sweeper_due_table(table, pos);
-			if (n < 0)
 			{
-				next = Min(next, TimestampTzPlusMilliseconds(now, SWEEPER_DUE_MS));
-				continue;
+				SweeperJob	job = {.table = table, .pos = pos};
+				SweeperDuePosition saved = *pos;
+
+				if (!sweeper_guarded(sweeper_due_work, &job, "wake-ups"))
+				{
+					/* its position stays put: those rows are looked at again */
+					*pos = saved;
+					next = Min(next, TimestampTzPlusMilliseconds(now, SWEEPER_DUE_MS));
+					continue;
+				}
+				n = job.n;
 			}
 			/* reported only when there is something to do: a look is cheap */
 			if (n > 0 && woken == 0)

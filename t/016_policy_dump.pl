@@ -702,5 +702,35 @@ ok( $node->poll_query_until(
 SELECT count(*) = 0 FROM tenant_k.delivery_outbox WHERE delivery_state = 'delivered'}),
 	'... and the worker reclaims its other delivered row');
 
+# One outbox whose step fails (its dead table refuses a row: a CHECK
+# added by hand) does not hold up the others: the worker logs a WARNING
+# naming it and the step, undoes that outbox's reclaim alone, and reclaims
+# the other outboxes' rows.
+$node->safe_psql('life', q{
+CREATE SCHEMA tenant_f;
+SELECT outbox_create('tenant_f');
+SELECT outbox_configure('tenant_f.delivery_outbox', max_attempts => 1);
+ALTER TABLE tenant_f.delivery_outbox_dead
+  ADD CONSTRAINT no_poison CHECK (recipient <> 'agent:poison');
+SELECT outbox_enqueue('agent:poison', 'work', '\x40', outbox => 'tenant_f.delivery_outbox');
+SELECT count(*) FROM outbox_claim(10, outbox => 'tenant_f.delivery_outbox');
+SELECT outbox_enqueue('agent:fine', 'work', '\x41', outbox => 'tenant_w.delivery_outbox');
+SELECT count(*) FROM outbox_claim(10, 'agent:fine', outbox => 'tenant_w.delivery_outbox');
+});
+ok( $node->wait_for_log(
+		qr/WARNING:.*the reclaim of outbox tenant_f\.delivery_outbox failed: .*no_poison/,
+		0),
+	'a failing reclaim of one outbox is a WARNING naming it and the error');
+ok( $node->poll_query_until(
+		'life', q{
+SELECT count(*) = 0 FROM tenant_w.delivery_outbox
+ WHERE recipient = 'agent:fine' AND delivery_state = 'delivered'}),
+	'... and the worker still reclaims the other outboxes');
+is( $node->safe_psql('life',
+		"SELECT delivery_state || ':' || delivery_attempts FROM tenant_f.delivery_outbox"),
+	'delivered:1', '... while the failing outbox\'s row stays as it was, not half moved');
+is($node->safe_psql('life', 'SELECT count(*) FROM tenant_f.delivery_outbox_dead'),
+	'0', '... and nothing reached its dead table');
+
 $node->stop;
 done_testing();
