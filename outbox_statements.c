@@ -144,12 +144,12 @@ typedef struct OutboxPlanDef
  * $2 max_attempts (NULL: unlimited), $3 the ttl cutoff (NULL: none),
  * $4 backoff_base, $5 backoff_max; the statement's own follow.
  */
-#define OUTBOX_EXPIRED(o) \
-	"(" o "expires_at IS NOT NULL AND " o "expires_at OPERATOR(pg_catalog.<=) $1" \
-	" OR $3 IS NOT NULL AND " o "created_at OPERATOR(pg_catalog.<=) $3)"
-#define OUTBOX_DEAD(o) \
-	"coalesce(" OUTBOX_EXPIRED(o) \
-	" OR $2 IS NOT NULL AND " o "delivery_attempts OPERATOR(pg_catalog.>=) $2, false)"
+#define OUTBOX_EXPIRED \
+	"(expires_at IS NOT NULL AND expires_at OPERATOR(pg_catalog.<=) $1" \
+	" OR $3 IS NOT NULL AND created_at OPERATOR(pg_catalog.<=) $3)"
+#define OUTBOX_DEAD \
+	"coalesce(" OUTBOX_EXPIRED \
+	" OR $2 IS NOT NULL AND delivery_attempts OPERATOR(pg_catalog.>=) $2, false)"
 /*
  * base x 2^(attempts - 1), capped at max, times a jitter in [0.5, 1), in
  * seconds (float8: doubling an interval overflows it after some 40
@@ -184,8 +184,8 @@ typedef struct OutboxPlanDef
  * below agree on every row, whichever version their own scans start from.
  */
 #define OUTBOX_LOCKED_COLUMNS \
-	"id, " OUTBOX_DEAD("") " AS dead," \
-	" CASE WHEN " OUTBOX_EXPIRED("") " THEN 'expired' ELSE 'max_attempts' END AS reason"
+	"id, " OUTBOX_DEAD " AS dead," \
+	" CASE WHEN " OUTBOX_EXPIRED " THEN 'expired' ELSE 'max_attempts' END AS reason"
 #define OUTBOX_REQUEUE_SQL(lock, not_before, error) \
 	"WITH l AS (" lock ")," \
 	" d AS (DELETE FROM %1$s o USING l" \

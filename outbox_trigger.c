@@ -45,6 +45,8 @@ static const char *const outbox_state_names[] = {"pending", "delivered", "acked"
 
 static AttrNumber outbox_column(Relation rel, const char *name, Oid typid,
 								bool required);
+static void outbox_check_dedup_key(Relation rel, HeapTuple tuple,
+								   const OutboxColumns *cols, int64 id);
 static bool outbox_row_due(HeapTuple tuple, TupleDesc tupdesc,
 						   const OutboxColumns *cols, TimestampTz *not_before);
 static OutboxState outbox_parse_state(Relation rel, AttrNumber attnum,
@@ -224,17 +226,7 @@ outbox_guard_insert(Relation rel, HeapTuple tuple, const OutboxColumns *cols,
 							 OUTBOX_GUC_PREFIX)));
 	}
 
-	if (cols->dedup_key != InvalidAttrNumber)
-	{
-		d = heap_getattr(tuple, cols->dedup_key, tupdesc, &isnull);
-		if (!isnull && VARSIZE_ANY_EXHDR(DatumGetPointer(d)) == 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_CHECK_VIOLATION),
-					 errmsg("outbox row " INT64_FORMAT " cannot be inserted with an empty dedup_key",
-							id),
-					 errdetail("A dedup_key is NULL (none) or a non-empty string."),
-					 errtablecol(rel, cols->dedup_key)));
-	}
+	outbox_check_dedup_key(rel, tuple, cols, id);
 
 	d = heap_getattr(tuple, cols->state, tupdesc, &isnull);
 	if (isnull)
@@ -403,16 +395,7 @@ outbox_guard_update(Relation rel, HeapTuple oldtuple, HeapTuple newtuple,
 					 errtablecol(rel, attnum)));
 	}
 
-	if (cols->dedup_key != InvalidAttrNumber)
-	{
-		d = heap_getattr(newtuple, cols->dedup_key, tupdesc, &isnull);
-		if (!isnull && VARSIZE_ANY_EXHDR(DatumGetPointer(d)) == 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_CHECK_VIOLATION),
-					 errmsg("dedup_key of outbox row " INT64_FORMAT " cannot be empty", id),
-					 errdetail("A dedup_key is NULL (none) or a non-empty string."),
-					 errtablecol(rel, cols->dedup_key)));
-	}
+	outbox_check_dedup_key(rel, newtuple, cols, id);
 
 	/* the bookkeeping is the trigger's, never the caller's */
 	d = heap_getattr(oldtuple, cols->attempts, tupdesc, &isnull);
@@ -649,6 +632,30 @@ outbox_column(Relation rel, const char *name, Oid typid, bool required)
 			 errmsg("column \"%s\" not found in table \"%s\"",
 					name, RelationGetRelationName(rel))));
 	pg_unreachable();
+}
+
+/*
+ * outbox_check_dedup_key
+ *
+ * A row's dedup_key (if it has the column) is NULL or not empty: 23514
+ * otherwise, on INSERT and UPDATE alike.
+ */
+static void
+outbox_check_dedup_key(Relation rel, HeapTuple tuple, const OutboxColumns *cols,
+					   int64 id)
+{
+	bool		isnull;
+	Datum		d;
+
+	if (cols->dedup_key == InvalidAttrNumber)
+		return;
+	d = heap_getattr(tuple, cols->dedup_key, RelationGetDescr(rel), &isnull);
+	if (!isnull && VARSIZE_ANY_EXHDR(DatumGetPointer(d)) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_CHECK_VIOLATION),
+				 errmsg("dedup_key of outbox row " INT64_FORMAT " cannot be empty", id),
+				 errdetail("A dedup_key is NULL (none) or a non-empty string."),
+				 errtablecol(rel, cols->dedup_key)));
 }
 
 /*
