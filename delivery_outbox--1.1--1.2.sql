@@ -37,7 +37,9 @@ CREATE TABLE delivery_outbox_registry (
                       CONSTRAINT delivery_outbox_registry_ttl_check
                       CHECK (ttl OPERATOR(pg_catalog.>) '0'),
     -- the dead-letter table (NULL for the default outbox: delivery_outbox_dead)
-    dead              regclass
+    dead              regclass,
+    -- per-recipient ordered delivery (docs/ordered-delivery.md)
+    ordered           boolean NOT NULL DEFAULT false
 );
 
 COMMENT ON TABLE delivery_outbox_registry IS
@@ -80,6 +82,27 @@ CREATE INDEX delivery_outbox_expiring_idx
 CREATE UNIQUE INDEX delivery_outbox_dedup_idx
     ON delivery_outbox (recipient, dedup_key)
     WHERE dedup_key IS NOT NULL;
+
+--
+-- The insert markers (docs/ordered-delivery.md): every outbox announces, in
+-- shared memory, the ids its running inserts may still make appear, before
+-- they are drawn (outbox_horizon) and, on an ordered outbox, until each
+-- statement's rows are in the indexes (the ordered claims).  Two statement
+-- triggers, fired ALWAYS like the others.
+--
+CREATE FUNCTION outbox_insert_statement()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'outbox_insert_statement'
+LANGUAGE C;
+
+CREATE TRIGGER zz_delivery_outbox_insert_started
+    BEFORE INSERT ON delivery_outbox
+    FOR EACH STATEMENT EXECUTE FUNCTION outbox_insert_statement();
+ALTER TABLE delivery_outbox ENABLE ALWAYS TRIGGER zz_delivery_outbox_insert_started;
+CREATE TRIGGER zz_delivery_outbox_insert_ended
+    AFTER INSERT ON delivery_outbox
+    FOR EACH STATEMENT EXECUTE FUNCTION outbox_insert_statement();
+ALTER TABLE delivery_outbox ENABLE ALWAYS TRIGGER zz_delivery_outbox_insert_ended;
 
 --
 -- Dead letters: rows a recipient could not take leave the outbox for its
@@ -223,8 +246,10 @@ END
 $$;
 
 --
--- outbox_set_triggers(tbl, channel): (re)create an outbox's two triggers,
--- which carry its channel (NULL: delivery_outbox.channel) as an argument.
+-- outbox_set_triggers(tbl, channel): (re)create an outbox's triggers: the
+-- state guard and the AFTER INSERT wake-up, which carry its channel (NULL:
+-- delivery_outbox.channel) as an argument, and the insert markers' two
+-- statement triggers.
 -- Both fire ALWAYS, so session_replication_role = replica does not switch
 -- them off.  Not for direct use.
 --
@@ -239,10 +264,22 @@ DECLARE
 BEGIN
     FOR trg IN SELECT tgname FROM pg_trigger
                 WHERE tgrelid = tbl
-                  AND tgname IN ('zz_delivery_outbox_state_guard', 'zz_delivery_outbox_inserted')
+                  AND tgname IN ('zz_delivery_outbox_state_guard', 'zz_delivery_outbox_inserted',
+                                 'zz_delivery_outbox_insert_started',
+                                 'zz_delivery_outbox_insert_ended')
     LOOP
         EXECUTE format('DROP TRIGGER %I ON %s', trg, tbl);
     END LOOP;
+    -- the insert markers (outbox_horizon, ordered delivery): before a
+    -- statement draws an id, and after its rows are in
+    EXECUTE format('CREATE TRIGGER zz_delivery_outbox_insert_started'
+                   ' BEFORE INSERT ON %s FOR EACH STATEMENT'
+                   ' EXECUTE FUNCTION @extschema@.outbox_insert_statement()', tbl);
+    EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER zz_delivery_outbox_insert_started', tbl);
+    EXECUTE format('CREATE TRIGGER zz_delivery_outbox_insert_ended'
+                   ' AFTER INSERT ON %s FOR EACH STATEMENT'
+                   ' EXECUTE FUNCTION @extschema@.outbox_insert_statement()', tbl);
+    EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER zz_delivery_outbox_insert_ended', tbl);
     EXECUTE format('CREATE TRIGGER zz_delivery_outbox_state_guard'
                    ' BEFORE INSERT OR UPDATE OR DELETE ON %s FOR EACH ROW'
                    ' EXECUTE FUNCTION @extschema@.outbox_state_guard(''after_insert''%s)',
@@ -446,6 +483,7 @@ CREATE VIEW delivery_outbox_tables AS
            coalesce(r.backoff_base, '0') AS backoff_base,
            coalesce(r.backoff_max, '1 hour') AS backoff_max,
            r.ttl,
+           coalesce(r.ordered, false) AS ordered,
            coalesce(r.dead, CASE WHEN o.outbox OPERATOR(pg_catalog.=) 'delivery_outbox'::regclass
                                  THEN 'delivery_outbox_dead'::regclass END) AS dead_table
       FROM (SELECT 'delivery_outbox'::regclass AS outbox
@@ -683,6 +721,8 @@ BEGIN
     PERFORM @extschema@.outbox_require_owner(tbl);
     EXECUTE format('DROP TRIGGER zz_delivery_outbox_state_guard ON %s', tbl);
     EXECUTE format('DROP TRIGGER zz_delivery_outbox_inserted ON %s', tbl);
+    EXECUTE format('DROP TRIGGER IF EXISTS zz_delivery_outbox_insert_started ON %s', tbl);
+    EXECUTE format('DROP TRIGGER IF EXISTS zz_delivery_outbox_insert_ended ON %s', tbl);
     FOREACH trg IN ARRAY reg.disabled_triggers LOOP
         IF EXISTS (SELECT FROM pg_trigger WHERE tgrelid = tbl AND tgname = trg) THEN
             EXECUTE format('ALTER TABLE %s ENABLE TRIGGER %I', tbl, trg);
@@ -705,7 +745,8 @@ CREATE FUNCTION outbox_configure(tbl regclass, channel text DEFAULT NULL,
                                  max_attempts integer DEFAULT NULL,
                                  backoff_base interval DEFAULT NULL,
                                  backoff_max interval DEFAULT NULL,
-                                 ttl interval DEFAULT NULL)
+                                 ttl interval DEFAULT NULL,
+                                 ordered boolean DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -713,6 +754,9 @@ AS $$
 DECLARE
     is_default boolean;
     chan text;
+    seq regclass;
+    idx regclass;
+    idxname text;
 BEGIN
     PERFORM @extschema@.outbox_check_relation(tbl);
     is_default := tbl = '@extschema@.delivery_outbox'::regclass;
@@ -751,8 +795,24 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'ttl => ''0'' means no expiry.';
     END IF;
+    IF outbox_configure.ordered THEN
+        -- the horizon and the markers read the id sequence's position
+        seq := pg_get_serial_sequence(tbl::text, 'id')::regclass;
+        IF seq IS NULL THEN
+            RAISE EXCEPTION 'outbox % cannot be ordered: its id column has no sequence', tbl
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      HINT = 'Give the id column an identity, or a sequence owned by it.';
+        END IF;
+        IF NOT EXISTS (SELECT FROM pg_sequence
+                        WHERE seqrelid = seq AND seqincrement > 0 AND seqcache = 1) THEN
+            RAISE EXCEPTION 'outbox % cannot be ordered: its id sequence % must count up with CACHE 1', tbl, seq
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      DETAIL = 'With a cache, a session may insert ids below the sequence''s last value at any time.',
+                      HINT = format('ALTER SEQUENCE %s CACHE 1, with a positive INCREMENT.', seq);
+        END IF;
+    END IF;
     IF channel IS NULL AND max_attempts IS NULL AND backoff_base IS NULL
-       AND backoff_max IS NULL AND ttl IS NULL THEN
+       AND backoff_max IS NULL AND ttl IS NULL AND outbox_configure.ordered IS NULL THEN
         RETURN;
     END IF;
     IF is_default THEN
@@ -774,13 +834,41 @@ BEGIN
         -- the triggers carry the channel
         PERFORM @extschema@.outbox_set_triggers(tbl, chan);
     END IF;
+    IF outbox_configure.ordered IS NOT NULL THEN
+        -- running inserts finish first: each one is marked as the setting
+        -- it started under says, which must be the one claims go by
+        EXECUTE format('LOCK TABLE %s IN SHARE MODE', tbl);
+        UPDATE @extschema@.delivery_outbox_registry r
+           SET ordered = outbox_configure.ordered WHERE r.outbox = tbl;
+        -- the claims find a recipient's runs in flight by this index
+        SELECT i.indexrelid INTO idx FROM pg_index i
+         WHERE i.indrelid = tbl
+           AND pg_get_indexdef(i.indexrelid)
+               ~ ' \(recipient, id\) WHERE \(delivery_state = ''delivered''::text\)$';
+        IF outbox_configure.ordered AND idx IS NULL THEN
+            idxname := left((SELECT relname FROM pg_class WHERE oid = tbl),
+                            63 - length('delivered_recipient_idx') - 1) || '_delivered_recipient_idx';
+            IF to_regclass(format('%I.%I', (SELECT n.nspname FROM pg_class c
+                                              JOIN pg_namespace n ON n.oid = c.relnamespace
+                                             WHERE c.oid = tbl), idxname)) IS NULL THEN
+                EXECUTE format('CREATE INDEX %I ON %s (recipient, id)'
+                               ' WHERE delivery_state OPERATOR(pg_catalog.=) ''delivered''',
+                               idxname, tbl);
+            ELSE
+                EXECUTE format('CREATE INDEX ON %s (recipient, id)'
+                               ' WHERE delivery_state OPERATOR(pg_catalog.=) ''delivered''', tbl);
+            END IF;
+        ELSIF NOT outbox_configure.ordered AND idx IS NOT NULL THEN
+            EXECUTE format('DROP INDEX %s', idx);
+        END IF;
+    END IF;
     PERFORM @extschema@.outbox_invalidate(tbl);
 END
 $$;
 
 REVOKE ALL ON FUNCTION outbox_attach(regclass, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION outbox_detach(regclass) FROM PUBLIC;
-REVOKE ALL ON FUNCTION outbox_configure(regclass, text, integer, interval, interval, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION outbox_configure(regclass, text, integer, interval, interval, interval, boolean) FROM PUBLIC;
 
 --
 -- Every function gains a last argument "outbox regclass DEFAULT NULL": the
@@ -869,6 +957,15 @@ LANGUAGE C VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp;
 
 REVOKE ALL ON FUNCTION outbox_next_due(text, regclass) FROM PUBLIC;
+
+-- the gap-safe cursor's fence (docs/ordered-delivery.md#cursors)
+CREATE FUNCTION outbox_horizon(outbox regclass DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'outbox_horizon'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+REVOKE ALL ON FUNCTION outbox_horizon(regclass) FROM PUBLIC;
 REVOKE ALL ON FUNCTION outbox_expire(integer, regclass) FROM PUBLIC;
 
 CREATE FUNCTION outbox_reclaim(older_than interval DEFAULT '60 seconds',

@@ -47,6 +47,8 @@
 
 #include "delivery_outbox.h"
 #include "outbox_insert.h"
+#include "outbox_markers.h"
+#include "outbox_order.h"
 #include "outbox_shmem.h"
 #include "outbox_table.h"
 #include "outbox_trigger.h"
@@ -192,6 +194,7 @@ _PG_init(void)
 	CacheRegisterRelcacheCallback(outbox_table_relcache_callback, (Datum) 0);
 	CacheRegisterRelcacheCallback(outbox_trigger_relcache_callback, (Datum) 0);
 	CacheRegisterRelcacheCallback(outbox_insert_relcache_callback, (Datum) 0);
+	CacheRegisterRelcacheCallback(outbox_order_relcache_callback, (Datum) 0);
 	CacheRegisterSyscacheCallback(NAMESPACEOID, outbox_table_syscache_callback,
 								  (Datum) 0);
 	CacheRegisterSyscacheCallback(PROCOID, outbox_insert_syscache_callback,
@@ -200,8 +203,12 @@ _PG_init(void)
 								  (Datum) 0);
 	RegisterXactCallback(outbox_xact_callback, NULL);
 	RegisterSubXactCallback(outbox_subxact_callback, NULL);
+	RegisterXactCallback(outbox_markers_xact_callback, NULL);
+	RegisterSubXactCallback(outbox_markers_subxact_callback, NULL);
 	RegisterResourceReleaseCallback(outbox_xact_release_callback, NULL);
 	outbox_channel_lookup = outbox_default_channel;
+	outbox_wake_next = outbox_order_wake_next;
+	outbox_is_ordered = outbox_table_is_ordered;
 
 	if (process_shared_preload_libraries_in_progress)
 		outbox_init_preloaded();
@@ -358,6 +365,7 @@ outbox_shmem_request(void)
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(outbox_shmem_size());
+	RequestAddinShmemSpace(outbox_markers_size());
 }
 
 /*
@@ -371,6 +379,7 @@ outbox_shmem_startup(void)
 	if (prev_shmem_startup_hook)
 		prev_shmem_startup_hook();
 	outbox_shmem_init();
+	outbox_markers_init();
 }
 
 /*

@@ -215,7 +215,14 @@ outbox_claim(PG_FUNCTION_ARGS)
 	tupstore = outbox_begin_srf(fcinfo, 0);
 
 	outbox_spi_connect();
-	outbox_execute(t, OUTBOX_PLAN_CLAIM + variant, values, nulls, SPI_OK_SELECT);
+	if (outbox_table_policy(t)->ordered)
+		outbox_claim_ordered(t, DatumGetInt64(values[0]),
+							 nulls[1] == ' ' ? DatumGetTextPP(values[1]) : NULL,
+							 nulls[2] == ' ' ? DatumGetTextPP(values[2]) : NULL,
+							 now, false);
+	else
+		outbox_execute(t, OUTBOX_PLAN_CLAIM + variant, values, nulls,
+					   SPI_OK_SELECT);
 	outbox_put_rows(tupstore);
 	SPI_finish();
 

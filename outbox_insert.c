@@ -22,8 +22,10 @@
  * delivery_outbox.direct_insert is on, no other loaded module hooks the
  * parser, planner or executor (pg_stat_statements, pgaudit, Citus and the
  * like must see, or route, every insert), the table is a plain heap table
- * that is not a partition, and it has no rules, row security, statement or
- * INSTEAD OF triggers, transition tables or domain-typed columns.
+ * that is not a partition, and it has no rules, row security, INSTEAD OF
+ * triggers, transition tables, domain-typed columns, or statement triggers
+ * but the insert markers' own (outbox_order.c), which are fired here as the
+ * statement fires them.
  * Otherwise outbox_insert_row() returns false and the caller runs the SQL
  * statement.
  *
@@ -43,6 +45,7 @@
 #include "catalog/pg_am.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_index.h"
+#include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "executor/executor.h"
@@ -63,6 +66,7 @@
 
 #include "delivery_outbox.h"
 #include "outbox_insert.h"
+#include "outbox_order.h"
 #include "outbox_table.h"
 #include "outbox_trigger.h"
 
@@ -220,6 +224,16 @@ outbox_insert_row(OutboxTable *table, Datum *values, const char *nulls,
 			}
 		}
 
+		/*
+		 * The statement's start: BEFORE STATEMENT triggers (the insert
+		 * markers', see outbox_insert_plain_table) fire before the id
+		 * default draws from the sequence, as ExecModifyTable fires them.
+		 */
+		AfterTriggerBeginQuery();
+		if (rri->ri_TrigDesc != NULL &&
+			rri->ri_TrigDesc->trig_insert_before_statement)
+			ExecBSInsertTriggers(estate, rri);
+
 		tupdesc = RelationGetDescr(rel);
 		slot = table_slot_create(rel, &estate->es_tupleTable);
 		ExecClearTuple(slot);
@@ -266,7 +280,6 @@ outbox_insert_row(OutboxTable *table, Datum *values, const char *nulls,
 		 * The steps of ExecSimpleRelationInsert, with the BEFORE triggers'
 		 * verdict kept: one returning NULL means no row.
 		 */
-		AfterTriggerBeginQuery();
 		inserted = true;
 		if (rri->ri_TrigDesc != NULL &&
 			rri->ri_TrigDesc->trig_insert_before_row)
@@ -334,6 +347,9 @@ outbox_insert_row(OutboxTable *table, Datum *values, const char *nulls,
 				*id = DatumGetInt64(slot_getattr(slot, cols->id, &isnull));
 			}
 		}
+		if (rri->ri_TrigDesc != NULL &&
+			rri->ri_TrigDesc->trig_insert_after_statement)
+			ExecASInsertTriggers(estate, rri, NULL);
 		AfterTriggerEndQuery(estate);
 
 		/* indexes, and relations the AFTER triggers opened */
@@ -385,7 +401,8 @@ outbox_insert_intercepted(void)
  * Whether rel is a table the direct insert can write exactly as an INSERT
  * would: a plain heap table, not a partition (nor partitioned, nor foreign,
  * nor a view), with nothing only the statement handles (rules, row
- * security, statement-level or INSTEAD OF triggers, transition tables).
+ * security, statement-level triggers other than the insert markers',
+ * INSTEAD OF triggers, transition tables).
  * A domain's constraints are read when its expression state is built and
  * changing them does not invalidate the table, and an omitted domain column
  * needs a checked NULL: columns of a domain type keep the INSERT too.
@@ -404,11 +421,21 @@ outbox_insert_plain_table(Relation rel)
 		rel->rd_rules != NULL)
 		return false;
 	if (trig != NULL &&
-		(trig->trig_insert_before_statement ||
-		 trig->trig_insert_after_statement ||
-		 trig->trig_insert_instead_row ||
-		 trig->trig_insert_new_table))
+		(trig->trig_insert_instead_row || trig->trig_insert_new_table))
 		return false;
+	/* statement triggers: only the insert markers' own, which are fired */
+	for (i = 0; trig != NULL && i < trig->numtriggers; i++)
+	{
+		Trigger    *t = &trig->triggers[i];
+		FmgrInfo	finfo;
+
+		if (TRIGGER_FOR_ROW(t->tgtype) || !TRIGGER_FOR_INSERT(t->tgtype) ||
+			t->tgenabled == TRIGGER_DISABLED)
+			continue;
+		fmgr_info(t->tgfoid, &finfo);
+		if (finfo.fn_addr != outbox_insert_statement)
+			return false;
+	}
 	for (i = 0; i < tupdesc->natts; i++)
 	{
 		Form_pg_attribute att = TupleDescAttr(tupdesc, i);

@@ -22,15 +22,22 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
+#include "access/htup_details.h"
+#include "catalog/pg_sequence.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/condition_variable.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
 #include "delivery_outbox.h"
 #include "outbox_args.h"
+#include "outbox_markers.h"
+#include "outbox_order.h"
 #include "outbox_plans.h"
 #include "outbox_shmem.h"
 #include "outbox_table.h"
@@ -67,6 +74,7 @@ static const char *const outbox_next_due_columns[] = {
 
 PG_FUNCTION_INFO_V1(outbox_stats);
 PG_FUNCTION_INFO_V1(outbox_next_due);
+PG_FUNCTION_INFO_V1(outbox_horizon);
 PG_FUNCTION_INFO_V1(outbox_wait);
 PG_FUNCTION_INFO_V1(outbox_activity);
 
@@ -152,6 +160,56 @@ outbox_next_due(PG_FUNCTION_ARGS)
 }
 
 /*
+ * outbox_horizon
+ *
+ * The highest id H such that no row of the outbox with an id <= H can still
+ * appear (commit): the id sequence's last value, read first, capped below
+ * the bound of every transaction inserting into the outbox that the
+ * caller's snapshot does not see as committed (outbox_markers.c).  Rows
+ * with ids up to H read with this snapshot, or any later one, are all a
+ * cursor will ever see there.  Raises 55000 without the preload, or when
+ * the outbox's id has no sequence with an increment > 0 and CACHE 1.
+ */
+Datum
+outbox_horizon(PG_FUNCTION_ARGS)
+{
+	OutboxTable *t = outbox_target(fcinfo, 0, ACL_SELECT);
+	Oid			seqrelid;
+	HeapTuple	seqtup;
+	bool		usable;
+
+	if (!outbox_markers_available())
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("outbox_horizon() needs delivery_outbox in shared_preload_libraries"),
+				 errdetail("The horizon is read from the insert markers kept in shared memory.")));
+	if (!outbox_order_sequence(outbox_table_relid(t), &seqrelid))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("outbox %s has no horizon: its id column has no sequence",
+						outbox_table_name(t)),
+				 errhint("Give the id column an identity, or a sequence owned by it.")));
+	seqtup = SearchSysCache1(SEQRELID, ObjectIdGetDatum(seqrelid));
+	if (!HeapTupleIsValid(seqtup))
+		elog(ERROR, "cache lookup failed for sequence %u", seqrelid);
+	usable = ((Form_pg_sequence) GETSTRUCT(seqtup))->seqincrement > 0 &&
+		((Form_pg_sequence) GETSTRUCT(seqtup))->seqcache == 1;
+	ReleaseSysCache(seqtup);
+	if (!usable)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("outbox %s has no horizon: its id sequence must count up with CACHE 1",
+						outbox_table_name(t)),
+				 errdetail("With a cache, a session may insert ids below the sequence's last value at any time."),
+				 errhint("ALTER SEQUENCE %s CACHE 1, with a positive INCREMENT.",
+						 get_rel_name(seqrelid))));
+
+	PG_RETURN_INT64(outbox_marker_horizon(outbox_table_relid(t),
+										  outbox_order_next_id(seqrelid) - 1,
+										  GetActiveSnapshot()));
+}
+
+/*
  * outbox_wait_probe
  *
  * One look: is there a row a claim would hand out (the recipient's, if
@@ -170,9 +228,16 @@ outbox_wait_probe(OutboxTable *t, OutboxPlanId plan, Datum *values,
 	values[2] = outbox_ttl_cutoff(t, now, &nulls[2]);
 	*next_due = 0;
 	outbox_spi_connect();
-	outbox_execute(t, plan, values, nulls, SPI_OK_SELECT);
-	found = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
-									   SPI_tuptable->tupdesc, 1, &isnull));
+	if (outbox_table_policy(t)->ordered)
+		found = outbox_claim_ordered(t, 1,
+									 nulls[0] == ' ' ? DatumGetTextPP(values[0]) : NULL,
+									 NULL, now, true) > 0;
+	else
+	{
+		outbox_execute(t, plan, values, nulls, SPI_OK_SELECT);
+		found = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
+										   SPI_tuptable->tupdesc, 1, &isnull));
+	}
 	if (!found && outbox_table_has_policy(t))
 	{
 		Datum		next[2];

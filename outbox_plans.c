@@ -15,13 +15,19 @@
  */
 #include "postgres.h"
 
+#include "access/table.h"
+#include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "delivery_outbox.h"
+#include "outbox_markers.h"
+#include "outbox_order.h"
 #include "outbox_plans.h"
 #include "outbox_shmem.h"
 #include "outbox_table.h"
@@ -369,4 +375,115 @@ outbox_sync_backlog(OutboxDatabase *db)
 	 * again when it commits.
 	 */
 	outbox_xact_forget_gauges();
+}
+
+/*
+ * outbox_claim_ordered
+ *
+ * The claim of an ordered outbox (docs/ordered-delivery.md): up to
+ * max_rows rows as runs from the heads of their (recipient, tenant_id)
+ * groups (of one recipient and/or tenant when not NULL), chosen by
+ * outbox_order_heads(), locked skipping locked rows, and of each run the
+ * rows locked from its head on moved to delivered.  With probe, only
+ * whether there is any such row: nothing is locked or changed.  The caller
+ * is connected to SPI; unless probing, the claimed rows are left in
+ * SPI_tuptable, as the claim statement returns them.  Returns the number
+ * of rows (found, when probing).
+ */
+uint64
+outbox_claim_ordered(OutboxTable *table, int64 max_rows, text *recipient,
+					 text *tenant, TimestampTz now, bool probe)
+{
+	const OutboxPolicy *policy = outbox_table_policy(table);
+	Relation	rel;
+	OutboxHeads heads;
+	TimestampTz ttl_cutoff = 0;
+	char		ttl_null;
+	Datum		ids;
+	Datum	   *keep;
+	int64	   *locked;
+	int			nlocked = 0;
+	int			nkeep = 0;
+	int			i;
+
+	if (!outbox_markers_available())
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("ordered delivery needs delivery_outbox in shared_preload_libraries"),
+				 errdetail("Outbox %s is ordered: its claims read the insert markers kept in shared memory.",
+						   outbox_table_name(table))));
+	if (policy->has_ttl)
+		ttl_cutoff = DatumGetTimestampTz(outbox_ttl_cutoff(table, now, &ttl_null));
+	rel = table_open(outbox_table_relid(table), RowExclusiveLock);
+	outbox_order_heads(rel, outbox_columns(rel, "outbox_claim"), recipient,
+					   tenant != NULL, tenant, now, policy->has_ttl, ttl_cutoff,
+					   probe ? 1 : (int) Min(max_rows, MaxAllocSize / sizeof(int64)),
+					   &heads);
+	table_close(rel, NoLock);
+	if (probe)
+		return heads.n;
+
+	keep = palloc(sizeof(Datum) * Max(heads.n, 1));
+	if (heads.n > 0)
+	{
+		for (i = 0; i < heads.n; i++)
+			keep[i] = Int64GetDatum(heads.ids[i]);
+		ids = PointerGetDatum(construct_array(keep, heads.n, INT8OID,
+											  sizeof(int64), FLOAT8PASSBYVAL,
+											  TYPALIGN_DOUBLE));
+		outbox_execute(table, OUTBOX_PLAN_ORDERED_LOCK, &ids, NULL,
+					   SPI_OK_SELECT);
+		locked = palloc(sizeof(int64) * Max(SPI_processed, 1));
+		for (i = 0; i < (int) SPI_processed; i++)
+		{
+			bool		isnull;
+
+			locked[nlocked++] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i],
+															SPI_tuptable->tupdesc,
+															1, &isnull));
+		}
+
+		/*
+		 * Each run's rows come in id order; one that could not be locked
+		 * (another claim has it, or it changed) ends its run: nothing after
+		 * it may go out before it.  The rows after it stay locked until
+		 * the transaction ends, unclaimed.
+		 */
+		for (i = 0; i < heads.n; i++)
+		{
+			int			lo;
+			int			hi;
+			bool		got = false;
+			int			group = heads.group[i];
+
+			if (group < 0)
+				continue;		/* its run ended before this row */
+			for (lo = 0, hi = nlocked; lo < hi && !got;)
+			{
+				int			mid = (lo + hi) / 2;
+
+				if (locked[mid] == heads.ids[i])
+					got = true;
+				else if (locked[mid] < heads.ids[i])
+					lo = mid + 1;
+				else
+					hi = mid;
+			}
+			if (!got)
+			{
+				/* runs are not contiguous when tenants share a recipient */
+				int			k;
+
+				for (k = i + 1; k < heads.n; k++)
+					if (heads.group[k] == group)
+						heads.group[k] = -2;
+				continue;
+			}
+			keep[nkeep++] = Int64GetDatum(heads.ids[i]);
+		}
+	}
+	ids = PointerGetDatum(construct_array(keep, nkeep, INT8OID, sizeof(int64),
+										  FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	outbox_execute(table, OUTBOX_PLAN_ORDERED_CLAIM, &ids, NULL, SPI_OK_SELECT);
+	return SPI_processed;
 }

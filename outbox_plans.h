@@ -37,5 +37,8 @@ extern int	outbox_due_rows(OutboxTable *table, TimestampTz *after,
 extern uint64 outbox_purge_rows(OutboxTable *table, TimestampTz cutoff,
 								int64 max_rows);
 extern void outbox_sync_backlog(OutboxDatabase *db);
+extern uint64 outbox_claim_ordered(OutboxTable *table, int64 max_rows,
+								   text *recipient, text *tenant,
+								   TimestampTz now, bool probe);
 
 #endif							/* OUTBOX_PLANS_H */

@@ -559,6 +559,27 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		{InvalidOid},
 		OUTBOX_SAME_SQL
 	},
+	/*
+	 * An ordered claim (outbox_order.c chose the rows): lock what is still
+	 * pending, skipping locked rows; then, of each run, only the rows
+	 * locked from its head on are claimed.  $1 ids.
+	 */
+	[OUTBOX_PLAN_ORDERED_LOCK] = {
+		"SELECT id FROM %1$s"
+		" WHERE id OPERATOR(pg_catalog.=) ANY ($1)"
+		" AND pg_catalog.texteq(delivery_state, 'pending')"
+		" ORDER BY id FOR UPDATE SKIP LOCKED",
+		{INT8ARRAYOID}
+	},
+	[OUTBOX_PLAN_ORDERED_CLAIM] = {
+		"WITH u AS ("
+		"UPDATE %1$s o SET delivery_state = 'delivered'"
+		" WHERE o.id OPERATOR(pg_catalog.=) ANY ($1)"
+		" AND pg_catalog.texteq(o.delivery_state, 'pending')"
+		" RETURNING (%2$s) AS o)"
+		" SELECT u.o FROM u ORDER BY (u.o).id",
+		{INT8ARRAYOID}
+	},
 };
 
 /*

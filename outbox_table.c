@@ -251,6 +251,24 @@ outbox_default_channel(Oid relid)
 }
 
 /*
+ * outbox_table_is_ordered
+ *
+ * For the triggers (outbox_is_ordered): whether relid is an ordered
+ * outbox.  Its setting is in the registry, which a dump keeps, and not in
+ * the triggers, which a restored default outbox gets from CREATE EXTENSION.
+ */
+bool
+outbox_table_is_ordered(Oid relid)
+{
+	OutboxTable *table;
+
+	if (!OidIsValid(outbox_default_relid) && !outbox_installed())
+		return false;
+	table = outbox_find_table(relid);
+	return table != NULL && table->policy.ordered;
+}
+
+/*
  * outbox_channel_of
  *
  * Whether relid is an outbox, and its own channel (palloc'd; NULL: the
@@ -620,6 +638,11 @@ outbox_registry_row(Oid relid, char **channel, OutboxPolicy *policy,
 			policy->has_ttl = !isnull;
 			if (!isnull)
 				policy->ttl = *DatumGetIntervalP(d);
+			if ((attnum = get_attnum(regid, "ordered")) != InvalidAttrNumber)
+			{
+				d = heap_getattr(tup, attnum, desc, &isnull);
+				policy->ordered = !isnull && DatumGetBool(d);
+			}
 		}
 		if (dead != NULL &&
 			(attnum = get_attnum(regid, "dead")) != InvalidAttrNumber)

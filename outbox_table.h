@@ -36,6 +36,7 @@ typedef struct OutboxPolicy
 	Interval	backoff_max;
 	bool		has_ttl;
 	Interval	ttl;
+	bool		ordered;		/* per-recipient ordered delivery */
 } OutboxPolicy;
 
 /* Statements kept per table and user; see outbox_plans.c. */
@@ -46,6 +47,7 @@ extern OutboxTable *outbox_find_table(Oid relid);
 extern List *outbox_table_list(void);
 extern bool outbox_channel_of(Oid relid, char **channel);
 extern const char *outbox_default_channel(Oid relid);
+extern bool outbox_table_is_ordered(Oid relid);
 extern Oid	outbox_table_relid(OutboxTable *table);
 extern const char *outbox_table_name(OutboxTable *table);
 extern const char *outbox_table_row_expr(OutboxTable *table);

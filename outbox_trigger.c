@@ -37,6 +37,7 @@
 #include "utils/timestamp.h"
 
 #include "delivery_outbox.h"
+#include "outbox_markers.h"
 #include "outbox_shmem.h"
 #include "outbox_trigger.h"
 #include "outbox_xact.h"
@@ -59,6 +60,7 @@ static HeapTuple outbox_guard_insert(Relation rel, HeapTuple tuple,
 static void outbox_inserted_row(Relation rel, HeapTuple tuple,
 								const OutboxColumns *cols,
 								const char *channel);
+static bool outbox_trigger_ordered(Relation rel);
 static HeapTuple outbox_guard_update(Relation rel, HeapTuple oldtuple,
 									 HeapTuple newtuple,
 									 const OutboxColumns *cols,
@@ -73,6 +75,10 @@ PG_FUNCTION_INFO_V1(outbox_inserted);
 static OutboxColumns outbox_cols;
 
 OutboxCounter outbox_requeue_counter = OUTBOX_COUNT_RECLAIMED;
+
+/* Set by _PG_init: wake an ordered outbox's group when its run ended. */
+outbox_wake_next_type outbox_wake_next = NULL;
+outbox_is_ordered_type outbox_is_ordered = NULL;
 OutboxCounter outbox_delete_counter = OUTBOX_COUNT_PURGED;
 
 /*
@@ -128,6 +134,14 @@ outbox_state_guard(PG_FUNCTION_ARGS)
 		if (outbox_delete_counter < OUTBOX_NUM_COUNTERS)
 			outbox_count(RelationGetRelid(trigdata->tg_relation),
 						 outbox_delete_counter, 1);
+		/* a dead-lettered run of an ordered outbox lets the next row go */
+		if (!isnull &&
+			outbox_parse_state(trigdata->tg_relation, cols->state, d, 0) ==
+			OUTBOX_DELIVERED &&
+			outbox_trigger_ordered(trigdata->tg_relation))
+			outbox_wake_next(trigdata->tg_relation, cols,
+							 trigdata->tg_trigtuple,
+							 outbox_trigger_channel(trigdata->tg_trigger, 1));
 		return PointerGetDatum(trigdata->tg_trigtuple);
 	}
 
@@ -211,6 +225,8 @@ outbox_guard_insert(Relation rel, HeapTuple tuple, const OutboxColumns *cols,
 	if (isnull)
 		return tuple;
 	id = DatumGetInt64(d);
+	/* the row's id is drawn; everything the statement inserted before is in */
+	outbox_marker_row(RelationGetRelid(rel), id);
 
 	d = heap_getattr(tuple, cols->payload, tupdesc, &isnull);
 	if (!isnull)
@@ -453,6 +469,11 @@ outbox_guard_update(Relation rel, HeapTuple oldtuple, HeapTuple newtuple,
 	 * to now or earlier; a row scheduled for later is woken when due, by
 	 * the worker.
 	 */
+	/* the end of an ordered outbox's run lets its group's next row go */
+	if (from == OUTBOX_DELIVERED && to == OUTBOX_ACKED &&
+		outbox_trigger_ordered(rel))
+		outbox_wake_next(rel, cols, newtuple, channel);
+
 	if (to == OUTBOX_PENDING && !outbox_row_due(newtuple, tupdesc, cols, &not_before))
 		outbox_note_scheduled(not_before);
 	else if (to == OUTBOX_PENDING)
@@ -488,6 +509,18 @@ outbox_trigger_channel(Trigger *trigger, int argno)
 		return NULL;
 	channel = trigger->tgargs[argno];
 	return channel[0] != '\0' && strlen(channel) < NAMEDATALEN ? channel : NULL;
+}
+
+/*
+ * outbox_trigger_ordered
+ *
+ * Whether rel is an ordered outbox, and the hooks to act on it are set.
+ */
+static bool
+outbox_trigger_ordered(Relation rel)
+{
+	return outbox_is_ordered != NULL && outbox_wake_next != NULL &&
+		outbox_is_ordered(RelationGetRelid(rel));
 }
 
 /*

@@ -13,6 +13,7 @@
 #ifndef OUTBOX_TRIGGER_H
 #define OUTBOX_TRIGGER_H
 
+#include "access/htup.h"
 #include "utils/relcache.h"
 
 #include "outbox_shmem.h"
@@ -70,6 +71,18 @@ extern OutboxCounter outbox_requeue_counter;
 extern OutboxCounter outbox_delete_counter;
 
 extern const OutboxColumns *outbox_columns(Relation rel, const char *funcname);
+
+/*
+ * Set by _PG_init: wake relays for the next row of the group of a row of an
+ * ordered outbox whose run ended (acked or dead-lettered).
+ */
+typedef void (*outbox_wake_next_type) (Relation rel, const OutboxColumns *cols,
+									   HeapTuple tuple, const char *channel);
+extern outbox_wake_next_type outbox_wake_next;
+
+/* Set by _PG_init: whether a table is an ordered outbox (the registry's). */
+typedef bool (*outbox_is_ordered_type) (Oid relid);
+extern outbox_is_ordered_type outbox_is_ordered;
 
 /* registered by _PG_init */
 extern void outbox_trigger_relcache_callback(Datum arg, Oid relid);

@@ -1,0 +1,689 @@
+/*-------------------------------------------------------------------------
+ *
+ * outbox_order.c
+ *		Ordered delivery's reads of an outbox, and the statement trigger
+ *		that marks inserts.
+ *
+ * On an ordered outbox the rows of one (recipient, tenant_id) group go out
+ * in id order, one run at a time.  A group's *head* is its open row with
+ * the lowest id.  A claim may hand out a run of a group's rows, from its
+ * head on, when:
+ *
+ * - no row of the group is delivered (a run is in flight);
+ * - no row of the group with a lower id is being inserted, updated or
+ *   deleted by a transaction still running (a dirty snapshot on the
+ *   recipient's open rows finds it once it is in the index), and no
+ *   running statement may have drawn a lower id for a row not yet in the
+ *   indexes (the insert markers' window, outbox_markers.c);
+ * - each row of the run is pending and due; a row past its expiry is never
+ *   handed out and does not hold the rest back (it is dead-lettered).
+ *
+ * The heads are found recipient by recipient, with a loose scan of the
+ * (recipient, id) index of open rows that starts where this backend's last
+ * claim of the outbox stopped, so every group is visited in turn and one
+ * recipient's backlog costs the others nothing.  Nothing here locks: the
+ * caller locks what it chose with SKIP LOCKED and keeps of each run only
+ * the rows locked from its head on.
+ *
+ * Copyright (c) 2026, delivery_outbox developers
+ *
+ * IDENTIFICATION
+ *		outbox_order.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/relation.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "catalog/dependency.h"
+#include "catalog/pg_am.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_index.h"
+#include "catalog/pg_depend.h"
+#include "commands/sequence.h"
+#include "commands/trigger.h"
+#include "executor/executor.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "storage/bufmgr.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/ruleutils.h"
+#include "utils/snapmgr.h"
+
+#include "delivery_outbox.h"
+#include "outbox_markers.h"
+#include "outbox_order.h"
+#include "outbox_xact.h"
+
+/*
+ * Rows of a recipient scanned past the point where all its groups seen so
+ * far are held back, looking for another tenant's group.
+ */
+#define OUTBOX_ORDER_LOOKAHEAD	4
+
+/* The definitions, as pg_get_indexdef prints them, of the indexes read. */
+#define OUTBOX_OPEN_INDEX_DEF \
+	" (recipient, id) WHERE (delivery_state = ANY ('{pending,delivered}'::text[]))"
+#define OUTBOX_DELIVERED_INDEX_DEF \
+	" (recipient, id) WHERE (delivery_state = 'delivered'::text)"
+
+/* What this file knows of one outbox, kept until its relcache entry goes. */
+typedef struct OutboxOrderInfo
+{
+	Oid			relid;			/* hash key */
+	bool		valid;
+	Oid			seqrelid;		/* the id's sequence, or InvalidOid */
+	Oid			open_index;		/* (recipient, id) of open rows */
+	Oid			delivered_index;	/* (recipient, id) of delivered rows */
+} OutboxOrderInfo;
+
+/* One (recipient, tenant_id) group met by a claim's scan. */
+typedef struct OutboxGroup
+{
+	bool		tenant_null;
+	text	   *tenant;
+	bool		held;			/* nothing more of it goes out now */
+	int			run;			/* its run's number in the claim */
+} OutboxGroup;
+
+/* A claim's scan. */
+typedef struct OutboxScan
+{
+	Relation	rel;
+	const OutboxColumns *cols;
+	Relation	open_index;
+	Relation	delivered_index;
+	TupleTableSlot *slot;
+	SnapshotData dirty;
+	bool		by_tenant;
+	text	   *tenant;			/* NULL with by_tenant: the NULL tenant */
+	TimestampTz now;
+	bool		has_ttl;
+	TimestampTz ttl_cutoff;
+	int64		window;
+	int			max_rows;
+	int			nruns;
+	OutboxHeads *heads;
+} OutboxScan;
+
+PG_FUNCTION_INFO_V1(outbox_insert_statement);
+
+static OutboxOrderInfo *outbox_order_info(Relation rel);
+static void outbox_scan_recipient(OutboxScan *scan, text *recipient);
+static text *outbox_next_recipient(OutboxScan *scan, text *after);
+static OutboxGroup *outbox_group(List **groups, bool tenant_null,
+								 text *tenant, int *nruns);
+static bool outbox_text_equal(text *a, text *b);
+static void outbox_recipient_key(ScanKey key, Relation index,
+								 StrategyNumber strategy, text *recipient);
+
+static HTAB *outbox_order_infos = NULL;
+
+/* Where this backend's last whole-table ordered claim stopped. */
+static Oid	outbox_cursor_relid = InvalidOid;
+static text *outbox_cursor = NULL;
+
+/*
+ * outbox_insert_statement
+ *
+ * BEFORE and AFTER INSERT ... FOR EACH STATEMENT trigger of every outbox:
+ * before the statement draws an id, mark the transaction's bound (the
+ * sequence's next value) and, on an ordered outbox, open the statement's
+ * window; after it, close the window.  Raises 39P01 when misused.
+ */
+Datum
+outbox_insert_statement(PG_FUNCTION_ARGS)
+{
+	const char *funcname = "outbox_insert_statement";
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	Relation	rel;
+	bool		ordered;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("function \"%s\" was not called by trigger manager",
+						funcname)));
+	if (TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) ||
+		!TRIGGER_FIRED_BY_INSERT(trigdata->tg_event))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("function \"%s\" must be fired for INSERT FOR EACH STATEMENT",
+						funcname)));
+
+	rel = trigdata->tg_relation;
+	ordered = outbox_is_ordered != NULL &&
+		outbox_is_ordered(RelationGetRelid(rel));
+	if (TRIGGER_FIRED_BEFORE(trigdata->tg_event))
+	{
+		if (outbox_marker_needs_bound(RelationGetRelid(rel), ordered))
+		{
+			Oid			seqrelid = outbox_order_info(rel)->seqrelid;
+
+			outbox_marker_open(RelationGetRelid(rel),
+							   OidIsValid(seqrelid) ?
+							   outbox_order_next_id(seqrelid) : 1,
+							   ordered);
+		}
+	}
+	else if (ordered)
+		outbox_marker_close(RelationGetRelid(rel));
+
+	return PointerGetDatum(NULL);
+}
+
+/*
+ * outbox_order_next_id
+ *
+ * A lower bound of the next id the sequence seqrelid hands out: its last
+ * value plus one (with an increment of one, the next value itself), read
+ * from its page under the buffer lock, without a privilege check.
+ */
+int64
+outbox_order_next_id(Oid seqrelid)
+{
+	Relation	seqrel = relation_open(seqrelid, AccessShareLock);
+	Buffer		buf;
+	Page		page;
+	ItemId		lp;
+	HeapTupleData tuple;
+	Form_pg_sequence_data seq;
+	int64		last;
+	bool		called;
+
+	if (seqrel->rd_rel->relkind != RELKIND_SEQUENCE)
+		elog(ERROR, "relation %u is not a sequence", seqrelid);
+	buf = ReadBuffer(seqrel, 0);
+	LockBuffer(buf, BUFFER_LOCK_SHARE);
+	page = BufferGetPage(buf);
+	lp = PageGetItemId(page, FirstOffsetNumber);
+	if (!ItemIdIsNormal(lp))
+		elog(ERROR, "sequence %u has no tuple", seqrelid);
+	tuple.t_data = (HeapTupleHeader) PageGetItem(page, lp);
+	seq = (Form_pg_sequence_data) GETSTRUCT(&tuple);
+	last = seq->last_value;
+	called = seq->is_called;
+	UnlockReleaseBuffer(buf);
+	relation_close(seqrel, AccessShareLock);
+
+	if (!called)
+		return last;
+	return last == PG_INT64_MAX ? last : last + 1;
+}
+
+/*
+ * outbox_order_sequence
+ *
+ * The sequence of rel's id column (identity or serial), in *seqrelid;
+ * false if it has none.
+ */
+bool
+outbox_order_sequence(Oid relid, Oid *seqrelid)
+{
+	Relation	rel = table_open(relid, AccessShareLock);
+
+	*seqrelid = outbox_order_info(rel)->seqrelid;
+	table_close(rel, AccessShareLock);
+	return OidIsValid(*seqrelid);
+}
+
+/*
+ * outbox_order_heads
+ *
+ * What an ordered claim of rel may hand out now (see the file header): up
+ * to max_rows rows, as runs from the heads of their groups, of one
+ * recipient (recipient not NULL) or of every recipient in turn, of one
+ * tenant when by_tenant.  Raises 55000 when the outbox lacks the indexes
+ * ordered delivery reads.
+ */
+void
+outbox_order_heads(Relation rel, const OutboxColumns *cols,
+				   text *recipient, bool by_tenant, text *tenant,
+				   TimestampTz now, bool has_ttl, TimestampTz ttl_cutoff,
+				   int max_rows, OutboxHeads *heads)
+{
+	OutboxOrderInfo *info = outbox_order_info(rel);
+	OutboxScan	scan;
+
+	if (!OidIsValid(info->open_index) || !OidIsValid(info->delivered_index))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("ordered outbox \"%s\" lacks the indexes ordered delivery reads",
+						RelationGetRelationName(rel)),
+				 errhint("Run outbox_configure(..., ordered => true) again to make them.")));
+
+	heads->n = 0;
+	heads->ids = palloc(sizeof(int64) * max_rows);
+	heads->group = palloc(sizeof(int) * max_rows);
+
+	memset(&scan, 0, sizeof(scan));
+	scan.rel = rel;
+	scan.cols = cols;
+	scan.by_tenant = by_tenant;
+	scan.tenant = tenant;
+	scan.now = now;
+	scan.has_ttl = has_ttl;
+	scan.ttl_cutoff = ttl_cutoff;
+	scan.max_rows = max_rows;
+	scan.heads = heads;
+	/* the windows first: a row found in no index was then announced */
+	scan.window = outbox_marker_window(RelationGetRelid(rel));
+	InitDirtySnapshot(scan.dirty);
+	scan.open_index = index_open(info->open_index, AccessShareLock);
+	scan.delivered_index = index_open(info->delivered_index, AccessShareLock);
+	scan.slot = table_slot_create(rel, NULL);
+
+	if (recipient != NULL)
+		outbox_scan_recipient(&scan, recipient);
+	else
+	{
+		text	   *start = NULL;
+		text	   *cur;
+		bool		wrapped = false;
+
+		if (outbox_cursor_relid == RelationGetRelid(rel) && outbox_cursor != NULL)
+			start = DatumGetTextPCopy(PointerGetDatum(outbox_cursor));
+		cur = start;
+		while (heads->n < max_rows)
+		{
+			text	   *next = outbox_next_recipient(&scan, cur);
+
+			CHECK_FOR_INTERRUPTS();
+			if (next == NULL)
+			{
+				if (wrapped || start == NULL)
+					break;
+				wrapped = true;
+				cur = NULL;
+				continue;
+			}
+			if (wrapped &&
+				DatumGetInt32(DirectFunctionCall2Coll(bttextcmp,
+													  scan.open_index->rd_indcollation[0],
+													  PointerGetDatum(next),
+													  PointerGetDatum(start))) > 0)
+				break;
+			outbox_scan_recipient(&scan, next);
+			cur = next;
+		}
+		/* the next claim starts after the last recipient visited */
+		if (outbox_cursor != NULL)
+			pfree(outbox_cursor);
+		outbox_cursor = NULL;
+		outbox_cursor_relid = RelationGetRelid(rel);
+		if (cur != NULL)
+			outbox_cursor = (text *) MemoryContextAllocZero(TopMemoryContext, VARSIZE_ANY(cur));
+		if (cur != NULL)
+			memcpy(outbox_cursor, cur, VARSIZE_ANY(cur));
+	}
+
+	ExecDropSingleTupleTableSlot(scan.slot);
+	index_close(scan.delivered_index, AccessShareLock);
+	index_close(scan.open_index, AccessShareLock);
+}
+
+/*
+ * outbox_order_wake_next
+ *
+ * A delivered row of an ordered outbox was acked or dead-lettered (tuple,
+ * its last version): wake relays for its group's next row when that is
+ * pending, since nothing else will (it was notified when it was inserted,
+ * and no claim could take it then).
+ */
+void
+outbox_order_wake_next(Relation rel, const OutboxColumns *cols,
+					   HeapTuple tuple, const char *channel)
+{
+	OutboxOrderInfo *info = outbox_order_info(rel);
+	TupleDesc	tupdesc = RelationGetDescr(rel);
+	Relation	index;
+	IndexScanDesc iscan;
+	TupleTableSlot *slot;
+	ScanKeyData keys[2];
+	Datum		d;
+	bool		isnull;
+	text	   *recipient;
+	text	   *tenant;
+	int64		id;
+	int			scanned = 0;
+
+	if (!OidIsValid(info->open_index))
+		return;
+	d = heap_getattr(tuple, cols->recipient, tupdesc, &isnull);
+	if (isnull)
+		return;
+	recipient = DatumGetTextPP(d);
+	d = heap_getattr(tuple, cols->tenant_id, tupdesc, &isnull);
+	tenant = isnull ? NULL : DatumGetTextPP(d);
+	id = DatumGetInt64(heap_getattr(tuple, cols->id, tupdesc, &isnull));
+
+	index = index_open(info->open_index, AccessShareLock);
+	slot = table_slot_create(rel, NULL);
+	outbox_recipient_key(&keys[0], index, BTEqualStrategyNumber, recipient);
+	ScanKeyInit(&keys[1], 2, BTGreaterStrategyNumber, F_INT8GT,
+				Int64GetDatum(id));
+	iscan = index_beginscan(rel, index, GetActiveSnapshot(), 2, 0);
+	index_rescan(iscan, keys, 2, NULL, 0);
+	while (index_getnext_slot(iscan, ForwardScanDirection, slot))
+	{
+		Datum		t = slot_getattr(slot, cols->tenant_id, &isnull);
+
+		if (isnull ? tenant == NULL :
+			(tenant != NULL && outbox_text_equal(DatumGetTextPP(t), tenant)))
+		{
+			char	   *state = TextDatumGetCString(slot_getattr(slot, cols->state,
+																 &isnull));
+
+			if (strcmp(state, "pending") == 0)
+				outbox_wake(DatumGetInt64(slot_getattr(slot, cols->id, &isnull)),
+							RelationGetRelid(rel), channel);
+			break;
+		}
+		if (++scanned > OUTBOX_ORDER_LOOKAHEAD * 4)
+			break;
+	}
+	index_endscan(iscan);
+	ExecDropSingleTupleTableSlot(slot);
+	index_close(index, AccessShareLock);
+}
+
+/*
+ * outbox_order_relcache_callback
+ *
+ * Forget what was found of a relation (its indexes, its sequence).
+ */
+void
+outbox_order_relcache_callback(Datum arg, Oid relid)
+{
+	HASH_SEQ_STATUS status;
+	OutboxOrderInfo *info;
+
+	if (outbox_order_infos == NULL)
+		return;
+	hash_seq_init(&status, outbox_order_infos);
+	while ((info = hash_seq_search(&status)) != NULL)
+		if (relid == InvalidOid || info->relid == relid)
+			info->valid = false;
+}
+
+/*
+ * outbox_order_info
+ *
+ * The sequence and the indexes of rel, found once and kept: the indexes by
+ * their definition (their names follow the table's only until it is
+ * renamed).
+ */
+static OutboxOrderInfo *
+outbox_order_info(Relation rel)
+{
+	Oid			relid = RelationGetRelid(rel);
+	OutboxOrderInfo *info;
+	bool		found;
+	List	   *indexes;
+	ListCell   *lc;
+	AttrNumber	id_attnum;
+
+	if (outbox_order_infos == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(Oid);
+		ctl.entrysize = sizeof(OutboxOrderInfo);
+		outbox_order_infos = hash_create("delivery_outbox order info", 16,
+										 &ctl, HASH_ELEM | HASH_BLOBS);
+	}
+	info = hash_search(outbox_order_infos, &relid, HASH_ENTER, &found);
+	if (found && info->valid)
+		return info;
+
+	info->valid = false;
+	id_attnum = outbox_columns(rel, "outbox_insert_statement")->id;
+	info->seqrelid = getIdentitySequence(relid, id_attnum, true);
+	if (!OidIsValid(info->seqrelid))
+	{
+		/* a serial column: its sequence is owned by it */
+		List	   *seqs = getOwnedSequences(relid);
+
+		foreach(lc, seqs)
+		{
+			Oid			owner;
+			int32		column;
+
+			if (sequenceIsOwned(lfirst_oid(lc), DEPENDENCY_AUTO, &owner, &column) &&
+				owner == relid && column == id_attnum)
+				info->seqrelid = lfirst_oid(lc);
+		}
+		list_free(seqs);
+	}
+	info->open_index = InvalidOid;
+	info->delivered_index = InvalidOid;
+	indexes = RelationGetIndexList(rel);
+	foreach(lc, indexes)
+	{
+		Oid			indexoid = lfirst_oid(lc);
+		char	   *def = pg_get_indexdef_string(indexoid);
+		size_t		len = strlen(def);
+		Relation	index = index_open(indexoid, AccessShareLock);
+		bool		usable = index->rd_index->indisvalid &&
+			index->rd_index->indisready && index->rd_rel->relam == BTREE_AM_OID;
+
+		index_close(index, AccessShareLock);
+		if (usable && len > strlen(OUTBOX_OPEN_INDEX_DEF) &&
+			strcmp(def + len - strlen(OUTBOX_OPEN_INDEX_DEF), OUTBOX_OPEN_INDEX_DEF) == 0)
+			info->open_index = indexoid;
+		else if (usable && len > strlen(OUTBOX_DELIVERED_INDEX_DEF) &&
+				 strcmp(def + len - strlen(OUTBOX_DELIVERED_INDEX_DEF),
+						OUTBOX_DELIVERED_INDEX_DEF) == 0)
+			info->delivered_index = indexoid;
+		pfree(def);
+	}
+	list_free(indexes);
+	info->valid = true;
+	return info;
+}
+
+/*
+ * outbox_scan_recipient
+ *
+ * Add to the claim what the groups of one recipient may hand out: first
+ * the tenants that have a delivered row are held, then its open rows are
+ * read in id order, each group's run growing from its head until a row
+ * holds it back.
+ */
+static void
+outbox_scan_recipient(OutboxScan *scan, text *recipient)
+{
+	const OutboxColumns *cols = scan->cols;
+	OutboxHeads *heads = scan->heads;
+	List	   *groups = NIL;
+	IndexScanDesc iscan;
+	ScanKeyData key;
+	int			lookahead = 0;
+	bool		isnull;
+
+	/* groups with a run in flight */
+	outbox_recipient_key(&key, scan->delivered_index, BTEqualStrategyNumber,
+						 recipient);
+	iscan = index_beginscan(scan->rel, scan->delivered_index, &scan->dirty, 1, 0);
+	index_rescan(iscan, &key, 1, NULL, 0);
+	while (index_getnext_slot(iscan, ForwardScanDirection, scan->slot))
+	{
+		Datum		t = slot_getattr(scan->slot, cols->tenant_id, &isnull);
+
+		outbox_group(&groups, isnull, isnull ? NULL : DatumGetTextPP(t),
+					 &scan->nruns)->held = true;
+	}
+	index_endscan(iscan);
+
+	outbox_recipient_key(&key, scan->open_index, BTEqualStrategyNumber,
+						 recipient);
+	iscan = index_beginscan(scan->rel, scan->open_index, &scan->dirty, 1, 0);
+	index_rescan(iscan, &key, 1, NULL, 0);
+	while (heads->n < scan->max_rows &&
+		   index_getnext_slot(iscan, ForwardScanDirection, scan->slot))
+	{
+		TupleTableSlot *slot = scan->slot;
+		bool		busy = TransactionIdIsValid(scan->dirty.xmin) ||
+			TransactionIdIsValid(scan->dirty.xmax);
+		Datum		t = slot_getattr(slot, cols->tenant_id, &isnull);
+		text	   *tenant = isnull ? NULL : DatumGetTextPP(t);
+		OutboxGroup *group;
+		ListCell   *lc;
+		bool		all_held = true;
+		int64		id;
+		char	   *state;
+
+		CHECK_FOR_INTERRUPTS();
+		if (scan->by_tenant &&
+			(tenant == NULL ? scan->tenant != NULL :
+			 scan->tenant == NULL || !outbox_text_equal(tenant, scan->tenant)))
+			continue;
+		group = outbox_group(&groups, tenant == NULL, tenant, &scan->nruns);
+		if (!group->held)
+		{
+			id = DatumGetInt64(slot_getattr(slot, cols->id, &isnull));
+			state = TextDatumGetCString(slot_getattr(slot, cols->state, &isnull));
+			if (busy || strcmp(state, "pending") != 0)
+				group->held = true;
+			else
+			{
+				Datum		d;
+				bool		expired = false;
+				bool		due = true;
+
+				if (cols->expires_at != InvalidAttrNumber)
+				{
+					d = slot_getattr(slot, cols->expires_at, &isnull);
+					expired = !isnull && DatumGetTimestampTz(d) <= scan->now;
+				}
+				if (scan->has_ttl)
+				{
+					d = slot_getattr(slot, cols->created_at, &isnull);
+					expired |= !isnull && DatumGetTimestampTz(d) <= scan->ttl_cutoff;
+				}
+				if (cols->not_before != InvalidAttrNumber)
+				{
+					d = slot_getattr(slot, cols->not_before, &isnull);
+					due = isnull || DatumGetTimestampTz(d) <= scan->now;
+				}
+				if (expired)
+					continue;	/* never handed out: it will be dead-lettered */
+				if (!due || id > scan->window)
+					group->held = true;
+				else
+				{
+					heads->ids[heads->n] = id;
+					heads->group[heads->n] = group->run;
+					heads->n++;
+					lookahead = 0;
+					continue;
+				}
+			}
+		}
+		/* stop reading the recipient once every group seen is held */
+		foreach(lc, groups)
+			all_held &= ((OutboxGroup *) lfirst(lc))->held;
+		if (all_held && !scan->by_tenant && ++lookahead > OUTBOX_ORDER_LOOKAHEAD)
+			break;
+		if (all_held && scan->by_tenant)
+			break;
+	}
+	index_endscan(iscan);
+	list_free_deep(groups);
+}
+
+/*
+ * outbox_next_recipient
+ *
+ * The first recipient after after (NULL: the first) with an open row, or
+ * NULL when there is none.
+ */
+static text *
+outbox_next_recipient(OutboxScan *scan, text *after)
+{
+	IndexScanDesc iscan;
+	ScanKeyData key;
+	text	   *next = NULL;
+
+	iscan = index_beginscan(scan->rel, scan->open_index, &scan->dirty,
+							after != NULL ? 1 : 0, 0);
+	if (after != NULL)
+		outbox_recipient_key(&key, scan->open_index, BTGreaterStrategyNumber,
+							 after);
+	index_rescan(iscan, after != NULL ? &key : NULL, after != NULL ? 1 : 0,
+				 NULL, 0);
+	if (index_getnext_slot(iscan, ForwardScanDirection, scan->slot))
+	{
+		bool		isnull;
+		Datum		d = slot_getattr(scan->slot, scan->cols->recipient, &isnull);
+
+		if (!isnull)
+			next = DatumGetTextPCopy(d);
+	}
+	index_endscan(iscan);
+	return next;
+}
+
+/*
+ * outbox_group
+ *
+ * The group of a tenant among those a recipient's scan met, added (with
+ * the next run number) if new.
+ */
+static OutboxGroup *
+outbox_group(List **groups, bool tenant_null, text *tenant, int *nruns)
+{
+	ListCell   *lc;
+	OutboxGroup *group;
+
+	foreach(lc, *groups)
+	{
+		group = lfirst(lc);
+		if (group->tenant_null ? tenant_null :
+			(!tenant_null && outbox_text_equal(group->tenant, tenant)))
+			return group;
+	}
+	group = palloc0(sizeof(OutboxGroup));
+	group->tenant_null = tenant_null;
+	group->tenant = tenant_null ? NULL :
+		DatumGetTextPCopy(PointerGetDatum(tenant));
+	group->run = (*nruns)++;
+	*groups = lappend(*groups, group);
+	return group;
+}
+
+/*
+ * outbox_text_equal
+ *
+ * Whether two (possibly short-header) texts are the same bytes.
+ */
+static bool
+outbox_text_equal(text *a, text *b)
+{
+	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
+		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
+}
+
+/*
+ * outbox_recipient_key
+ *
+ * A scan key on an index's first column, recipient, with its collation.
+ */
+static void
+outbox_recipient_key(ScanKey key, Relation index, StrategyNumber strategy,
+					 text *recipient)
+{
+	ScanKeyEntryInitialize(key, 0, 1, strategy, TEXTOID,
+						   index->rd_indcollation[0],
+						   strategy == BTEqualStrategyNumber ? F_TEXTEQ : F_TEXT_GT,
+						   PointerGetDatum(recipient));
+}
