@@ -40,8 +40,13 @@
  * producer's markers are cleared only after its commit is visible
  * (XACT_EVENT_COMMIT follows ProcArrayEndTransaction).
  *
- * Without the preload there is no shared memory, nothing is marked, and the
- * readers refuse (55000).
+ * Without the preload there is no shared memory of ours: the markers are
+ * then locks of the lock manager, which every backend can list (advisory
+ * locks of a tag no SQL function makes, held by the inserting transaction:
+ * its bound until it ends, its statement's window until the statement
+ * ends).  Readers list them all (GetLockStatusData), which is slower, and
+ * there is no history: the horizon then holds for snapshots taken after it
+ * was read.
  *
  * Copyright (c) 2026, delivery_outbox developers
  *
@@ -54,10 +59,12 @@
 
 #include "miscadmin.h"
 #include "storage/backendid.h"
+#include "storage/lock.h"
 #include "storage/procarray.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
 #include "utils/memutils.h"
+#include "utils/resowner.h"
 #include "utils/snapmgr.h"
 
 #include "outbox_markers.h"
@@ -70,6 +77,16 @@
 
 /* What marks every outbox: a set that overflowed. */
 #define OUTBOX_MARK_ALL			((int64) 1)
+
+/*
+ * Without shared memory: a marker is an advisory lock tag (database, table,
+ * value's low 32 bits, OUTBOX_LOCK_FLAG | kind | value's next 14 bits);
+ * the functions of SQL set the last field to 1 or 2, never this.
+ */
+#define OUTBOX_LOCK_FLAG		0x8000
+#define OUTBOX_LOCK_BOUND		0x0000
+#define OUTBOX_LOCK_WINDOW		0x4000
+#define OUTBOX_LOCK_MAX_VALUE	((INT64CONST(1) << 46) - 1)
 
 typedef struct OutboxMarkerEntry
 {
@@ -126,6 +143,10 @@ static void outbox_fold_markers(OutboxMarkerSlot *slot);
 static int64 outbox_set_bound(const OutboxMarkerSet *set, Oid relid);
 static void outbox_close_windows(int from);
 static void outbox_reserve_prepared(void);
+static bool outbox_can_mark(void);
+static void outbox_marker_lock(uint16 kind, Oid relid, int64 value,
+							   bool acquire);
+static int64 outbox_marker_locks(uint16 kind, Oid relid);
 
 static OutboxMarkersShared *outbox_markers = NULL;
 
@@ -141,6 +162,8 @@ static OutboxMarkerOpen outbox_open[OUTBOX_MARKER_MAX_OPEN];
 static int	outbox_nopen = 0;
 static bool outbox_open_lost = false;	/* more opens than tracked */
 static int	outbox_prepared_entry = -1; /* reserved at PRE_PREPARE */
+/* without shared memory: the value each entry's window lock carries */
+static int64 outbox_window_lock[OUTBOX_MARKER_TABLES];
 
 /*
  * outbox_markers_size
@@ -181,17 +204,6 @@ outbox_markers_init(void)
 }
 
 /*
- * outbox_markers_available
- *
- * Whether inserts are marked here: the library was preloaded.
- */
-bool
-outbox_markers_available(void)
-{
-	return outbox_markers != NULL;
-}
-
-/*
  * outbox_marker_needs_bound
  *
  * Whether outbox_marker_open() for relid needs a bound now: the current
@@ -201,7 +213,7 @@ outbox_markers_available(void)
 bool
 outbox_marker_needs_bound(Oid relid, bool window)
 {
-	if (outbox_my_slot() == NULL)
+	if (!outbox_can_mark())
 		return false;
 	return window || !outbox_marking || outbox_my_entry(relid, false) == NULL;
 }
@@ -221,14 +233,16 @@ outbox_marker_open(Oid relid, int64 bound, bool window)
 	OutboxMarkerSlot *slot = outbox_my_slot();
 	OutboxMarkerEntry *entry;
 
-	if (slot == NULL)
+	if (!outbox_can_mark())
 		return;
 	if (!outbox_marking)
 	{
 		TransactionId xid = GetTopTransactionId();
 
-		outbox_fold_markers(slot);
+		if (slot != NULL)
+			outbox_fold_markers(slot);
 		memset(&outbox_my_set, 0, sizeof(outbox_my_set));
+		memset(outbox_window_lock, 0, sizeof(outbox_window_lock));
 		memset(outbox_depth, 0, sizeof(outbox_depth));
 		memset(outbox_windowed, 0, sizeof(outbox_windowed));
 		outbox_my_set.xid = xid;
@@ -242,7 +256,11 @@ outbox_marker_open(Oid relid, int64 bound, bool window)
 		int			e = entry - outbox_my_set.entries;
 
 		if (bound < entry->bound)
+		{
 			entry->bound = bound;
+			if (slot == NULL)
+				outbox_marker_lock(OUTBOX_LOCK_BOUND, relid, bound, true);
+		}
 		if (window)
 		{
 			outbox_windowed[e] = true;
@@ -250,7 +268,19 @@ outbox_marker_open(Oid relid, int64 bound, bool window)
 				entry->window = bound;
 			else
 				entry->window = Min(entry->window, bound);
+			if (slot == NULL && outbox_window_lock[e] == 0)
+			{
+				outbox_marker_lock(OUTBOX_LOCK_WINDOW, relid, entry->window, true);
+				outbox_window_lock[e] = Max(entry->window, 1);
+			}
 		}
+	}
+	else if (slot == NULL)
+	{
+		/* more outboxes than entries: mark this one from its bound on */
+		outbox_marker_lock(OUTBOX_LOCK_BOUND, relid, bound, true);
+		if (window)
+			outbox_marker_lock(OUTBOX_LOCK_WINDOW, relid, bound, true);
 	}
 	if (window)
 	{
@@ -282,7 +312,7 @@ outbox_marker_row(Oid relid, int64 id)
 	int			e;
 	bool		changed = false;
 
-	if (outbox_my_slot() == NULL)
+	if (!outbox_can_mark())
 		return;
 	entry = outbox_marking ? outbox_my_entry(relid, false) : NULL;
 	if (entry == NULL)
@@ -295,6 +325,8 @@ outbox_marker_row(Oid relid, int64 id)
 	{
 		entry->bound = id;
 		changed = true;
+		if (outbox_my_slot() == NULL)
+			outbox_marker_lock(OUTBOX_LOCK_BOUND, relid, id, true);
 	}
 	if (outbox_windowed[e] && outbox_depth[e] > 0)
 	{
@@ -321,7 +353,7 @@ outbox_marker_close(Oid relid)
 {
 	int			i;
 
-	if (outbox_my_slot() == NULL || !outbox_marking)
+	if (!outbox_can_mark() || !outbox_marking)
 		return;
 	for (i = outbox_nopen - 1; i >= 0; i--)
 	{
@@ -340,6 +372,12 @@ outbox_marker_close(Oid relid)
 				{
 					outbox_depth[e] = 0;
 					entry->window = OUTBOX_NO_WINDOW;
+					if (outbox_window_lock[e] != 0)
+					{
+						outbox_marker_lock(OUTBOX_LOCK_WINDOW, relid,
+										   outbox_window_lock[e], false);
+						outbox_window_lock[e] = 0;
+					}
 				}
 			}
 			outbox_publish_markers();
@@ -363,7 +401,7 @@ outbox_marker_horizon(Oid relid, int64 horizon, Snapshot snapshot)
 	int			nprepared = 0;
 
 	if (outbox_markers == NULL)
-		elog(ERROR, "outbox markers are not in shared memory");
+		return Min(horizon, outbox_marker_locks(OUTBOX_LOCK_BOUND, relid) - 1);
 
 	for (i = 0; i < outbox_markers->nslots; i++)
 	{
@@ -424,7 +462,7 @@ outbox_marker_window(Oid relid)
 	int			i;
 
 	if (outbox_markers == NULL)
-		elog(ERROR, "outbox markers are not in shared memory");
+		return outbox_marker_locks(OUTBOX_LOCK_WINDOW, relid);
 
 	for (i = 0; i < outbox_markers->nslots; i++)
 	{
@@ -463,6 +501,18 @@ outbox_markers_xact_callback(XactEvent event, void *arg)
 	if (!outbox_marking)
 		return;
 	slot = outbox_my_slot();
+	if (slot == NULL)
+	{
+		/* the locks go with the transaction (a prepared one keeps them) */
+		if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
+			event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT ||
+			event == XACT_EVENT_PREPARE)
+		{
+			outbox_marking = false;
+			outbox_nopen = 0;
+		}
+		return;
+	}
 	switch (event)
 	{
 		case XACT_EVENT_PRE_PREPARE:
@@ -581,6 +631,8 @@ outbox_publish_markers(void)
 {
 	OutboxMarkerSlot *slot = outbox_my_slot();
 
+	if (slot == NULL)
+		return;					/* the locks are the markers */
 	SpinLockAcquire(&slot->mutex);
 	slot->dboid = MyDatabaseId;
 	slot->cur = outbox_my_set;
@@ -691,8 +743,96 @@ outbox_close_windows(int from)
 	if (from == 0)
 		outbox_open_lost = false;
 	for (e = 0; e < outbox_my_set.nentries; e++)
-		if (outbox_depth[e] == 0 && !outbox_open_lost)
-			outbox_my_set.entries[e].window = OUTBOX_NO_WINDOW;
+	{
+		if (outbox_depth[e] > 0 || outbox_open_lost)
+			continue;
+		outbox_my_set.entries[e].window = OUTBOX_NO_WINDOW;
+		if (outbox_window_lock[e] != 0)
+			outbox_marker_lock(OUTBOX_LOCK_WINDOW, outbox_my_set.entries[e].relid,
+							   outbox_window_lock[e], false);
+		outbox_window_lock[e] = 0;
+	}
+}
+
+/*
+ * outbox_can_mark
+ *
+ * Whether this backend marks its inserts: in its shared memory slot, or,
+ * without the preload, in the lock manager.
+ */
+static bool
+outbox_can_mark(void)
+{
+	if (outbox_markers != NULL)
+		return outbox_my_slot() != NULL;
+	return OidIsValid(MyDatabaseId) && IsTransactionState();
+}
+
+/*
+ * outbox_marker_lock
+ *
+ * Without shared memory: take (or give back) the lock that marks relid
+ * with value, of kind OUTBOX_LOCK_BOUND or OUTBOX_LOCK_WINDOW, for the
+ * top-level transaction (an aborted subtransaction's statements are closed
+ * by outbox_markers_subxact_callback).  Values are kept in 46 bits; one
+ * above is marked as the largest, which only ever lowers what readers
+ * derive from it.  Nothing conflicts with an AccessShareLock of such a
+ * tag: it never waits.
+ */
+static void
+outbox_marker_lock(uint16 kind, Oid relid, int64 value, bool acquire)
+{
+	LOCKTAG		tag;
+	ResourceOwner save = CurrentResourceOwner;
+	uint64		v = value < 0 ? 0 : Min((uint64) value, (uint64) OUTBOX_LOCK_MAX_VALUE);
+
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, relid, (uint32) v,
+						 OUTBOX_LOCK_FLAG | kind | (uint16) ((v >> 32) & 0x3fff));
+	CurrentResourceOwner = TopTransactionResourceOwner;
+	PG_TRY();
+	{
+		if (acquire)
+			(void) LockAcquire(&tag, AccessShareLock, false, false);
+		else
+			(void) LockRelease(&tag, AccessShareLock, false);
+	}
+	PG_FINALLY();
+	{
+		CurrentResourceOwner = save;
+	}
+	PG_END_TRY();
+}
+
+/*
+ * outbox_marker_locks
+ *
+ * Without shared memory: the lowest value any transaction marks relid
+ * with, of kind OUTBOX_LOCK_BOUND or OUTBOX_LOCK_WINDOW, from the lock
+ * manager's list of every lock held; OUTBOX_NO_WINDOW when none.
+ */
+static int64
+outbox_marker_locks(uint16 kind, Oid relid)
+{
+	LockData   *locks = GetLockStatusData();
+	int64		lowest = OUTBOX_NO_WINDOW;
+	int			i;
+
+	for (i = 0; i < locks->nelements; i++)
+	{
+		LockInstanceData *lock = &locks->locks[i];
+
+		if (lock->locktag.locktag_type != LOCKTAG_ADVISORY ||
+			lock->locktag.locktag_field1 != MyDatabaseId ||
+			lock->locktag.locktag_field2 != relid ||
+			(lock->locktag.locktag_field4 & (OUTBOX_LOCK_FLAG | OUTBOX_LOCK_WINDOW)) !=
+			(OUTBOX_LOCK_FLAG | kind) ||
+			lock->holdMask == 0)
+			continue;
+		lowest = Min(lowest,
+					 (int64) (((uint64) (lock->locktag.locktag_field4 & 0x3fff) << 32) |
+							  lock->locktag.locktag_field3));
+	}
+	return lowest;
 }
 
 /*

@@ -22,7 +22,6 @@
 
 extern Size outbox_markers_size(void);
 extern void outbox_markers_init(void);
-extern bool outbox_markers_available(void);
 
 /* producers */
 extern bool outbox_marker_needs_bound(Oid relid, bool window);

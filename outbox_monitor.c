@@ -178,11 +178,6 @@ outbox_horizon(PG_FUNCTION_ARGS)
 	HeapTuple	seqtup;
 	bool		usable;
 
-	if (!outbox_markers_available())
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("outbox_horizon() needs delivery_outbox in shared_preload_libraries"),
-				 errdetail("The horizon is read from the insert markers kept in shared memory.")));
 	if (!outbox_order_sequence(outbox_table_relid(t), &seqrelid))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),

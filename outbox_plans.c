@@ -406,12 +406,6 @@ outbox_claim_ordered(OutboxTable *table, int64 max_rows, text *recipient,
 	int			nkeep = 0;
 	int			i;
 
-	if (!outbox_markers_available())
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("ordered delivery needs delivery_outbox in shared_preload_libraries"),
-				 errdetail("Outbox %s is ordered: its claims read the insert markers kept in shared memory.",
-						   outbox_table_name(table))));
 	if (policy->has_ttl)
 		ttl_cutoff = DatumGetTimestampTz(outbox_ttl_cutoff(table, now, &ttl_null));
 	rel = table_open(outbox_table_relid(table), RowExclusiveLock);
