@@ -68,6 +68,8 @@
 #include "utils/snapmgr.h"
 
 #include "outbox_markers.h"
+#include "outbox_shmem.h"
+#include "outbox_xact.h"
 
 /* Outboxes one transaction's markers name; more make it mark them all. */
 #define OUTBOX_MARKER_TABLES	8
@@ -544,6 +546,26 @@ outbox_markers_xact_callback(XactEvent event, void *arg)
 			break;
 		default:
 			return;
+	}
+	/*
+	 * A rolled-back insert into an ordered outbox may have held rows back,
+	 * and no NOTIFY comes of a rollback: wake outbox_wait() sleepers.
+	 */
+	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
+	{
+		int			e;
+
+		for (e = 0; e < outbox_my_set.nentries; e++)
+		{
+			if (outbox_windowed[e])
+			{
+				OutboxDatabase *db = outbox_my_database(false);
+
+				if (db != NULL)
+					ConditionVariableBroadcast(&db->pending_cv);
+				break;
+			}
+		}
 	}
 	outbox_close_windows(0);
 	outbox_marking = false;
