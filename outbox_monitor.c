@@ -197,7 +197,8 @@ outbox_horizon(PG_FUNCTION_ARGS)
 						outbox_table_name(t)),
 				 errdetail("With a cache, a session may insert ids below the sequence's last value at any time."),
 				 errhint("ALTER SEQUENCE %s CACHE 1, with a positive INCREMENT.",
-						 get_rel_name(seqrelid))));
+						 quote_qualified_identifier(get_namespace_name(get_rel_namespace(seqrelid)),
+													get_rel_name(seqrelid)))));
 
 	PG_RETURN_INT64(outbox_marker_horizon(outbox_table_relid(t),
 										  outbox_order_next_id(seqrelid) - 1,

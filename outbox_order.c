@@ -54,6 +54,7 @@
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/hsearch.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/ruleutils.h"
@@ -257,8 +258,9 @@ outbox_order_heads(Relation rel, const OutboxColumns *cols,
 	if (!OidIsValid(info->open_index) || !OidIsValid(info->delivered_index))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("ordered outbox \"%s\" lacks the indexes ordered delivery reads",
-						RelationGetRelationName(rel)),
+				 errmsg("ordered outbox %s lacks the indexes ordered delivery reads",
+						quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
+												   RelationGetRelationName(rel))),
 				 errhint("Run outbox_configure(..., ordered => true) again to make them.")));
 
 	heads->n = 0;
