@@ -24,8 +24,8 @@
  * like must see, or route, every insert), the table is a plain heap table
  * that is not a partition, and it has no rules, row security, INSTEAD OF
  * triggers, transition tables, domain-typed columns, or statement triggers
- * but the insert markers' own (outbox_order.c), which are fired here as the
- * statement fires them.
+ * but the insert markers' own (outbox_order.c), whose work is done here
+ * where the statement would fire them.
  * Otherwise outbox_insert_row() returns false and the caller runs the SQL
  * statement.
  *
@@ -225,14 +225,16 @@ outbox_insert_row(OutboxTable *table, Datum *values, const char *nulls,
 		}
 
 		/*
-		 * The statement's start: BEFORE STATEMENT triggers (the insert
-		 * markers', see outbox_insert_plain_table) fire before the id
-		 * default draws from the sequence, as ExecModifyTable fires them.
+		 * The statement's start: what the BEFORE STATEMENT trigger (the
+		 * insert markers', the only statement trigger allowed here, see
+		 * outbox_insert_plain_table) does, before the id default draws from
+		 * the sequence, as ExecModifyTable fires it; its AFTER twin's work
+		 * follows the AFTER ROW triggers.
 		 */
 		AfterTriggerBeginQuery();
 		if (rri->ri_TrigDesc != NULL &&
 			rri->ri_TrigDesc->trig_insert_before_statement)
-			ExecBSInsertTriggers(estate, rri);
+			outbox_order_statement_start(rel);
 
 		tupdesc = RelationGetDescr(rel);
 		slot = table_slot_create(rel, &estate->es_tupleTable);
@@ -347,10 +349,10 @@ outbox_insert_row(OutboxTable *table, Datum *values, const char *nulls,
 				*id = DatumGetInt64(slot_getattr(slot, cols->id, &isnull));
 			}
 		}
+		AfterTriggerEndQuery(estate);
 		if (rri->ri_TrigDesc != NULL &&
 			rri->ri_TrigDesc->trig_insert_after_statement)
-			ExecASInsertTriggers(estate, rri, NULL);
-		AfterTriggerEndQuery(estate);
+			outbox_order_statement_end(rel);
 
 		/* indexes, and relations the AFTER triggers opened */
 		ExecCloseResultRelations(estate);
@@ -423,7 +425,7 @@ outbox_insert_plain_table(Relation rel)
 	if (trig != NULL &&
 		(trig->trig_insert_instead_row || trig->trig_insert_new_table))
 		return false;
-	/* statement triggers: only the insert markers' own, which are fired */
+	/* statement triggers: only the insert markers' own, whose work is done here */
 	for (i = 0; trig != NULL && i < trig->numtriggers; i++)
 	{
 		Trigger    *t = &trig->triggers[i];

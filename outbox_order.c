@@ -147,7 +147,6 @@ outbox_insert_statement(PG_FUNCTION_ARGS)
 	const char *funcname = "outbox_insert_statement";
 	TriggerData *trigdata = (TriggerData *) fcinfo->context;
 	Relation	rel;
-	bool		ordered;
 
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		ereport(ERROR,
@@ -162,24 +161,46 @@ outbox_insert_statement(PG_FUNCTION_ARGS)
 						funcname)));
 
 	rel = trigdata->tg_relation;
-	ordered = outbox_is_ordered != NULL &&
-		outbox_is_ordered(RelationGetRelid(rel));
 	if (TRIGGER_FIRED_BEFORE(trigdata->tg_event))
-	{
-		if (outbox_marker_needs_bound(RelationGetRelid(rel), ordered))
-		{
-			Oid			seqrelid = outbox_order_info(rel)->seqrelid;
-
-			outbox_marker_open(RelationGetRelid(rel),
-							   OidIsValid(seqrelid) ?
-							   outbox_order_next_id(seqrelid) : 1,
-							   ordered);
-		}
-	}
-	else if (ordered)
-		outbox_marker_close(RelationGetRelid(rel));
+		outbox_order_statement_start(rel);
+	else
+		outbox_order_statement_end(rel);
 
 	return PointerGetDatum(NULL);
+}
+
+/*
+ * outbox_order_statement_start
+ *
+ * What outbox_insert_statement does before a statement inserts into rel
+ * (the direct insert calls it instead of firing the trigger).
+ */
+void
+outbox_order_statement_start(Relation rel)
+{
+	bool		ordered = outbox_is_ordered != NULL &&
+		outbox_is_ordered(RelationGetRelid(rel));
+
+	if (outbox_marker_needs_bound(RelationGetRelid(rel), ordered))
+	{
+		Oid			seqrelid = outbox_order_info(rel)->seqrelid;
+
+		outbox_marker_open(RelationGetRelid(rel),
+						   OidIsValid(seqrelid) ?
+						   outbox_order_next_id(seqrelid) : 1,
+						   ordered);
+	}
+}
+
+/*
+ * outbox_order_statement_end
+ *
+ * What outbox_insert_statement does after a statement inserted into rel.
+ */
+void
+outbox_order_statement_end(Relation rel)
+{
+	outbox_marker_close(RelationGetRelid(rel));
 }
 
 /*

@@ -39,8 +39,10 @@ extern void outbox_order_wake_next(Relation rel, const OutboxColumns *cols,
 extern bool outbox_order_sequence(Oid relid, Oid *seqrelid);
 extern int64 outbox_order_next_id(Oid seqrelid);
 
-/* the statement trigger, which the direct insert fires itself */
+/* the statement trigger, and what it does, which the direct insert calls */
 extern Datum outbox_insert_statement(PG_FUNCTION_ARGS);
+extern void outbox_order_statement_start(Relation rel);
+extern void outbox_order_statement_end(Relation rel);
 
 /* registered by _PG_init */
 extern void outbox_order_relcache_callback(Datum arg, Oid relid);
