@@ -76,6 +76,8 @@
 	" (recipient, id) WHERE (delivery_state = ANY ('{pending,delivered}'::text[]))"
 #define OUTBOX_DELIVERED_INDEX_DEF \
 	" (recipient, id) WHERE (delivery_state = 'delivered'::text)"
+#define OUTBOX_IN_FLIGHT_INDEX_DEF \
+	" (delivered_at) WHERE (delivery_state = 'delivered'::text)"
 
 /* What this file knows of one outbox, kept until its relcache entry goes. */
 typedef struct OutboxOrderInfo
@@ -85,7 +87,15 @@ typedef struct OutboxOrderInfo
 	Oid			seqrelid;		/* the id's sequence, or InvalidOid */
 	Oid			open_index;		/* (recipient, id) of open rows */
 	Oid			delivered_index;	/* (recipient, id) of delivered rows */
+	Oid			in_flight_index;	/* (delivered_at) of delivered rows */
 } OutboxOrderInfo;
+
+/* A group with a run in flight, when the claim lists them all. */
+typedef struct OutboxInFlight
+{
+	text	   *recipient;
+	text	   *tenant;			/* NULL: the NULL tenant */
+} OutboxInFlight;
 
 /* One (recipient, tenant_id) group met by a claim's scan. */
 typedef struct OutboxGroup
@@ -102,7 +112,9 @@ typedef struct OutboxScan
 	Relation	rel;
 	const OutboxColumns *cols;
 	Relation	open_index;
-	Relation	delivered_index;
+	Relation	delivered_index;	/* or NULL: in_flight lists them */
+	OutboxInFlight *in_flight;	/* sorted by recipient */
+	int			nin_flight;
 	TupleTableSlot *slot;
 	SnapshotData dirty;
 	bool		by_tenant;
@@ -124,6 +136,9 @@ static text *outbox_next_recipient(OutboxScan *scan, text *after);
 static OutboxGroup *outbox_group(List **groups, bool tenant_null,
 								 text *tenant, int *nruns);
 static bool outbox_text_equal(text *a, text *b);
+static int	outbox_text_cmp(text *a, text *b);
+static int	outbox_in_flight_cmp(const void *a, const void *b);
+static void outbox_list_in_flight(OutboxScan *scan, Oid indexoid);
 static void outbox_recipient_key(ScanKey key, Relation index,
 								 StrategyNumber strategy, text *recipient);
 
@@ -276,13 +291,14 @@ outbox_order_heads(Relation rel, const OutboxColumns *cols,
 	OutboxOrderInfo *info = outbox_order_info(rel);
 	OutboxScan	scan;
 
-	if (!OidIsValid(info->open_index) || !OidIsValid(info->delivered_index))
+	if (!OidIsValid(info->open_index) ||
+		(!OidIsValid(info->delivered_index) && !OidIsValid(info->in_flight_index)))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("ordered outbox %s lacks the indexes ordered delivery reads",
 						quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
 												   RelationGetRelationName(rel))),
-				 errhint("Run outbox_configure(..., ordered => true) again to make them.")));
+				 errhint("Detach the outbox and attach it again: that makes the indexes it lacks.")));
 
 	heads->n = 0;
 	heads->ids = palloc(sizeof(int64) * max_rows);
@@ -302,8 +318,20 @@ outbox_order_heads(Relation rel, const OutboxColumns *cols,
 	scan.window = outbox_marker_window(RelationGetRelid(rel));
 	InitDirtySnapshot(scan.dirty);
 	scan.open_index = index_open(info->open_index, AccessShareLock);
-	scan.delivered_index = index_open(info->delivered_index, AccessShareLock);
 	scan.slot = table_slot_create(rel, NULL);
+
+	/*
+	 * The groups with a run in flight: looked up per recipient in the
+	 * (recipient, id) index of delivered rows that outbox_configure()
+	 * makes; without it (a restored default outbox: the index, made on an
+	 * extension's table, is not dumped), all of them listed once from the
+	 * sweeper's (delivered_at) index, which costs a read of every row in
+	 * flight per claim.
+	 */
+	if (OidIsValid(info->delivered_index))
+		scan.delivered_index = index_open(info->delivered_index, AccessShareLock);
+	else
+		outbox_list_in_flight(&scan, info->in_flight_index);
 
 	if (recipient != NULL)
 		outbox_scan_recipient(&scan, recipient);
@@ -350,7 +378,8 @@ outbox_order_heads(Relation rel, const OutboxColumns *cols,
 	}
 
 	ExecDropSingleTupleTableSlot(scan.slot);
-	index_close(scan.delivered_index, AccessShareLock);
+	if (scan.delivered_index != NULL)
+		index_close(scan.delivered_index, AccessShareLock);
 	index_close(scan.open_index, AccessShareLock);
 }
 
@@ -489,6 +518,7 @@ outbox_order_info(Relation rel)
 	}
 	info->open_index = InvalidOid;
 	info->delivered_index = InvalidOid;
+	info->in_flight_index = InvalidOid;
 	indexes = RelationGetIndexList(rel);
 	foreach(lc, indexes)
 	{
@@ -507,6 +537,10 @@ outbox_order_info(Relation rel)
 				 strcmp(def + len - strlen(OUTBOX_DELIVERED_INDEX_DEF),
 						OUTBOX_DELIVERED_INDEX_DEF) == 0)
 			info->delivered_index = indexoid;
+		else if (usable && len > strlen(OUTBOX_IN_FLIGHT_INDEX_DEF) &&
+				 strcmp(def + len - strlen(OUTBOX_IN_FLIGHT_INDEX_DEF),
+						OUTBOX_IN_FLIGHT_INDEX_DEF) == 0)
+			info->in_flight_index = indexoid;
 		pfree(def);
 	}
 	list_free(indexes);
@@ -534,18 +568,42 @@ outbox_scan_recipient(OutboxScan *scan, text *recipient)
 	bool		isnull;
 
 	/* groups with a run in flight */
-	outbox_recipient_key(&key, scan->delivered_index, BTEqualStrategyNumber,
-						 recipient);
-	iscan = index_beginscan(scan->rel, scan->delivered_index, &scan->dirty, 1, 0);
-	index_rescan(iscan, &key, 1, NULL, 0);
-	while (index_getnext_slot(iscan, ForwardScanDirection, scan->slot))
+	if (scan->delivered_index != NULL)
 	{
-		Datum		t = slot_getattr(scan->slot, cols->tenant_id, &isnull);
+		outbox_recipient_key(&key, scan->delivered_index, BTEqualStrategyNumber,
+							 recipient);
+		iscan = index_beginscan(scan->rel, scan->delivered_index, &scan->dirty, 1, 0);
+		index_rescan(iscan, &key, 1, NULL, 0);
+		while (index_getnext_slot(iscan, ForwardScanDirection, scan->slot))
+		{
+			Datum		t = slot_getattr(scan->slot, cols->tenant_id, &isnull);
 
-		outbox_group(&groups, isnull, isnull ? NULL : DatumGetTextPP(t),
-					 &scan->nruns)->held = true;
+			outbox_group(&groups, isnull, isnull ? NULL : DatumGetTextPP(t),
+						 &scan->nruns)->held = true;
+		}
+		index_endscan(iscan);
 	}
-	index_endscan(iscan);
+	else
+	{
+		OutboxInFlight *f = scan->in_flight;
+		int			lo = 0;
+		int			hi = scan->nin_flight;
+
+		/* the first of the recipient's, then all of them */
+		while (lo < hi)
+		{
+			int			mid = (lo + hi) / 2;
+
+			if (outbox_text_cmp(f[mid].recipient, recipient) < 0)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		for (; lo < scan->nin_flight &&
+			 outbox_text_cmp(f[lo].recipient, recipient) == 0; lo++)
+			outbox_group(&groups, f[lo].tenant == NULL, f[lo].tenant,
+						 &scan->nruns)->held = true;
+	}
 
 	outbox_recipient_key(&key, scan->open_index, BTEqualStrategyNumber,
 						 recipient);
@@ -694,6 +752,72 @@ outbox_text_equal(text *a, text *b)
 {
 	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
 		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
+}
+
+/*
+ * outbox_text_cmp
+ *
+ * Byte order of two texts (for the list of groups in flight).
+ */
+static int
+outbox_text_cmp(text *a, text *b)
+{
+	int			la = VARSIZE_ANY_EXHDR(a);
+	int			lb = VARSIZE_ANY_EXHDR(b);
+	int			c = memcmp(VARDATA_ANY(a), VARDATA_ANY(b), Min(la, lb));
+
+	return c != 0 ? c : (la > lb) - (la < lb);
+}
+
+static int
+outbox_in_flight_cmp(const void *a, const void *b)
+{
+	return outbox_text_cmp(((const OutboxInFlight *) a)->recipient,
+						   ((const OutboxInFlight *) b)->recipient);
+}
+
+/*
+ * outbox_list_in_flight
+ *
+ * Every group with a delivered row (or a row being claimed), read with a
+ * dirty snapshot from the (delivered_at) index of delivered rows, sorted
+ * by recipient.
+ */
+static void
+outbox_list_in_flight(OutboxScan *scan, Oid indexoid)
+{
+	Relation	index = index_open(indexoid, AccessShareLock);
+	IndexScanDesc iscan;
+	int			space = 64;
+
+	scan->in_flight = palloc(sizeof(OutboxInFlight) * space);
+	scan->nin_flight = 0;
+	iscan = index_beginscan(scan->rel, index, &scan->dirty, 0, 0);
+	index_rescan(iscan, NULL, 0, NULL, 0);
+	while (index_getnext_slot(iscan, ForwardScanDirection, scan->slot))
+	{
+		bool		isnull;
+		Datum		r = slot_getattr(scan->slot, scan->cols->recipient, &isnull);
+		Datum		t;
+
+		CHECK_FOR_INTERRUPTS();
+		if (isnull)
+			continue;
+		if (scan->nin_flight == space)
+		{
+			space *= 2;
+			scan->in_flight = repalloc(scan->in_flight,
+									   sizeof(OutboxInFlight) * space);
+		}
+		scan->in_flight[scan->nin_flight].recipient = DatumGetTextPCopy(r);
+		t = slot_getattr(scan->slot, scan->cols->tenant_id, &isnull);
+		scan->in_flight[scan->nin_flight].tenant = isnull ? NULL : DatumGetTextPCopy(t);
+		scan->nin_flight++;
+	}
+	index_endscan(iscan);
+	index_close(index, AccessShareLock);
+	qsort(scan->in_flight, scan->nin_flight, sizeof(OutboxInFlight),
+		  outbox_in_flight_cmp);
 }
 
 /*
