@@ -82,13 +82,30 @@
 
 /*
  * Without shared memory: a marker is an advisory lock tag (database, table,
- * value's low 32 bits, OUTBOX_LOCK_FLAG | kind | value's next 14 bits);
- * the functions of SQL set the last field to 1 or 2, never this.
+ * value's low 32 bits, OUTBOX_LOCK_FLAG | kind | value's next 13 bits);
+ * the functions of SQL set the last field to 1 or 2, never this.  A
+ * transaction's bound and its statements' windows are transaction locks;
+ * its history (the bound, for snapshots that do not see it committed) is a
+ * session lock with the transaction's xid in place of the database,
+ * given back once every snapshot sees the transaction ended.
  */
 #define OUTBOX_LOCK_FLAG		0x8000
+#define OUTBOX_LOCK_KIND		0x6000
 #define OUTBOX_LOCK_BOUND		0x0000
 #define OUTBOX_LOCK_WINDOW		0x4000
-#define OUTBOX_LOCK_MAX_VALUE	((INT64CONST(1) << 46) - 1)
+#define OUTBOX_LOCK_HISTORY		0x2000
+#define OUTBOX_LOCK_HIGH		0x1fff
+#define OUTBOX_LOCK_MAX_VALUE	((INT64CONST(1) << 45) - 1)
+
+/* History locks one backend holds at most, folding older ones together. */
+#define OUTBOX_HISTORY_MAX		16
+
+typedef struct OutboxHistoryLock
+{
+	TransactionId xid;
+	Oid			relid;
+	int64		bound;
+} OutboxHistoryLock;
 
 typedef struct OutboxMarkerEntry
 {
@@ -148,7 +165,11 @@ static void outbox_reserve_prepared(void);
 static bool outbox_can_mark(void);
 static void outbox_marker_lock(uint16 kind, Oid relid, int64 value,
 							   bool acquire);
-static int64 outbox_marker_locks(uint16 kind, Oid relid);
+static void outbox_lock_tag(LOCKTAG *tag, uint16 kind, uint32 field1,
+							Oid relid, int64 value);
+static int64 outbox_marker_locks(uint16 kind, Oid relid, Snapshot snapshot);
+static void outbox_history_lock(TransactionId xid, Oid relid, int64 bound);
+static void outbox_history_fold(void);
 
 static OutboxMarkersShared *outbox_markers = NULL;
 
@@ -166,6 +187,9 @@ static bool outbox_open_lost = false;	/* more opens than tracked */
 static int	outbox_prepared_entry = -1; /* reserved at PRE_PREPARE */
 /* without shared memory: the value each entry's window lock carries */
 static int64 outbox_window_lock[OUTBOX_MARKER_TABLES];
+/* without shared memory: the history locks this backend holds */
+static OutboxHistoryLock outbox_history[OUTBOX_HISTORY_MAX];
+static int	outbox_nhistory = 0;
 
 /*
  * outbox_markers_size
@@ -243,6 +267,8 @@ outbox_marker_open(Oid relid, int64 bound, bool window)
 
 		if (slot != NULL)
 			outbox_fold_markers(slot);
+		else
+			outbox_history_fold();
 		memset(&outbox_my_set, 0, sizeof(outbox_my_set));
 		memset(outbox_window_lock, 0, sizeof(outbox_window_lock));
 		memset(outbox_depth, 0, sizeof(outbox_depth));
@@ -261,7 +287,10 @@ outbox_marker_open(Oid relid, int64 bound, bool window)
 		{
 			entry->bound = bound;
 			if (slot == NULL)
+			{
 				outbox_marker_lock(OUTBOX_LOCK_BOUND, relid, bound, true);
+				outbox_history_lock(outbox_my_set.xid, relid, bound);
+			}
 		}
 		if (window)
 		{
@@ -281,6 +310,7 @@ outbox_marker_open(Oid relid, int64 bound, bool window)
 	{
 		/* more outboxes than entries: mark this one from its bound on */
 		outbox_marker_lock(OUTBOX_LOCK_BOUND, relid, bound, true);
+		outbox_history_lock(outbox_my_set.xid, relid, bound);
 		if (window)
 			outbox_marker_lock(OUTBOX_LOCK_WINDOW, relid, bound, true);
 	}
@@ -328,7 +358,10 @@ outbox_marker_row(Oid relid, int64 id)
 		entry->bound = id;
 		changed = true;
 		if (outbox_my_slot() == NULL)
+		{
 			outbox_marker_lock(OUTBOX_LOCK_BOUND, relid, id, true);
+			outbox_history_lock(outbox_my_set.xid, relid, id);
+		}
 	}
 	if (outbox_windowed[e] && outbox_depth[e] > 0)
 	{
@@ -403,7 +436,7 @@ outbox_marker_horizon(Oid relid, int64 horizon, Snapshot snapshot)
 	int			nprepared = 0;
 
 	if (outbox_markers == NULL)
-		return Min(horizon, outbox_marker_locks(OUTBOX_LOCK_BOUND, relid) - 1);
+		return Min(horizon, outbox_marker_locks(OUTBOX_LOCK_BOUND, relid, snapshot) - 1);
 
 	for (i = 0; i < outbox_markers->nslots; i++)
 	{
@@ -464,7 +497,7 @@ outbox_marker_window(Oid relid)
 	int			i;
 
 	if (outbox_markers == NULL)
-		return outbox_marker_locks(OUTBOX_LOCK_WINDOW, relid);
+		return outbox_marker_locks(OUTBOX_LOCK_WINDOW, relid, NULL);
 
 	for (i = 0; i < outbox_markers->nslots; i++)
 	{
@@ -791,25 +824,39 @@ outbox_can_mark(void)
 }
 
 /*
+ * outbox_lock_tag
+ *
+ * The advisory lock tag of a marker (see OUTBOX_LOCK_FLAG).  Values are
+ * kept in 45 bits; one above is marked as the largest, which only ever
+ * lowers what readers derive from it.
+ */
+static void
+outbox_lock_tag(LOCKTAG *tag, uint16 kind, uint32 field1, Oid relid,
+				int64 value)
+{
+	uint64		v = value < 0 ? 0 : Min((uint64) value, (uint64) OUTBOX_LOCK_MAX_VALUE);
+
+	SET_LOCKTAG_ADVISORY(*tag, field1, relid, (uint32) v,
+						 OUTBOX_LOCK_FLAG | kind |
+						 (uint16) ((v >> 32) & OUTBOX_LOCK_HIGH));
+}
+
+/*
  * outbox_marker_lock
  *
  * Without shared memory: take (or give back) the lock that marks relid
  * with value, of kind OUTBOX_LOCK_BOUND or OUTBOX_LOCK_WINDOW, for the
  * top-level transaction (an aborted subtransaction's statements are closed
- * by outbox_markers_subxact_callback).  Values are kept in 46 bits; one
- * above is marked as the largest, which only ever lowers what readers
- * derive from it.  Nothing conflicts with an AccessShareLock of such a
- * tag: it never waits.
+ * by outbox_markers_subxact_callback).  Nothing conflicts with an
+ * AccessShareLock of such a tag: it never waits.
  */
 static void
 outbox_marker_lock(uint16 kind, Oid relid, int64 value, bool acquire)
 {
 	LOCKTAG		tag;
 	ResourceOwner save = CurrentResourceOwner;
-	uint64		v = value < 0 ? 0 : Min((uint64) value, (uint64) OUTBOX_LOCK_MAX_VALUE);
 
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, relid, (uint32) v,
-						 OUTBOX_LOCK_FLAG | kind | (uint16) ((v >> 32) & 0x3fff));
+	outbox_lock_tag(&tag, kind, MyDatabaseId, relid, value);
 	CurrentResourceOwner = TopTransactionResourceOwner;
 	PG_TRY();
 	{
@@ -826,34 +873,172 @@ outbox_marker_lock(uint16 kind, Oid relid, int64 value, bool acquire)
 }
 
 /*
+ * outbox_history_lock
+ *
+ * Without shared memory: the session lock that keeps transaction xid's
+ * bound on relid after it ends, for snapshots that do not see it ended.
+ */
+static void
+outbox_history_lock(TransactionId xid, Oid relid, int64 bound)
+{
+	LOCKTAG		tag;
+	int			i;
+
+	for (i = 0; i < outbox_nhistory; i++)
+		if (TransactionIdEquals(outbox_history[i].xid, xid) &&
+			outbox_history[i].relid == relid && outbox_history[i].bound <= bound)
+			return;
+	if (outbox_nhistory == OUTBOX_HISTORY_MAX)
+		outbox_history_fold();
+	outbox_lock_tag(&tag, OUTBOX_LOCK_HISTORY, xid, relid, bound);
+	(void) LockAcquire(&tag, AccessShareLock, true, false);
+	if (outbox_nhistory < OUTBOX_HISTORY_MAX)
+	{
+		outbox_history[outbox_nhistory].xid = xid;
+		outbox_history[outbox_nhistory].relid = relid;
+		outbox_history[outbox_nhistory].bound = bound;
+		outbox_nhistory++;
+	}
+}
+
+/*
+ * outbox_history_fold
+ *
+ * Without shared memory, before a transaction marks: give back the history
+ * locks of transactions every snapshot sees ended; when that leaves too
+ * many, fold the others of each outbox into one, with the newest of their
+ * xids (a snapshot that sees a backend's newest transaction ended sees its
+ * earlier ones ended too) and the lowest bound.  The running transaction's
+ * own are never folded.
+ */
+static void
+outbox_history_fold(void)
+{
+	TransactionId mine = GetTopTransactionIdIfAny();
+	LOCKTAG		tag;
+	int			i;
+	int			kept = 0;
+
+	for (i = 0; i < outbox_nhistory; i++)
+	{
+		OutboxHistoryLock *h = &outbox_history[i];
+
+		if (!TransactionIdEquals(h->xid, mine) &&
+			GlobalVisCheckRemovableXid(NULL, h->xid))
+		{
+			outbox_lock_tag(&tag, OUTBOX_LOCK_HISTORY, h->xid, h->relid, h->bound);
+			(void) LockRelease(&tag, AccessShareLock, true);
+		}
+		else
+			outbox_history[kept++] = *h;
+	}
+	outbox_nhistory = kept;
+	if (outbox_nhistory < OUTBOX_HISTORY_MAX - OUTBOX_MARKER_TABLES)
+		return;
+
+	/* fold: one per outbox, the newest xid, the lowest bound */
+	{
+		OutboxHistoryLock folded[OUTBOX_HISTORY_MAX];
+		int			nfolded = 0;
+		TransactionId newest = InvalidTransactionId;
+
+		for (i = 0; i < outbox_nhistory; i++)
+			if (!TransactionIdEquals(outbox_history[i].xid, mine) &&
+				(!TransactionIdIsValid(newest) ||
+				 TransactionIdFollows(outbox_history[i].xid, newest)))
+				newest = outbox_history[i].xid;
+		kept = 0;
+		for (i = 0; i < outbox_nhistory; i++)
+		{
+			OutboxHistoryLock *h = &outbox_history[i];
+			int			f;
+
+			if (TransactionIdEquals(h->xid, mine))
+			{
+				outbox_history[kept++] = *h;
+				continue;
+			}
+			for (f = 0; f < nfolded; f++)
+				if (folded[f].relid == h->relid)
+					break;
+			if (f == nfolded)
+			{
+				folded[nfolded].xid = newest;
+				folded[nfolded].relid = h->relid;
+				folded[nfolded].bound = h->bound;
+				nfolded++;
+			}
+			else
+				folded[f].bound = Min(folded[f].bound, h->bound);
+		}
+		/* the folded ones first, then the old ones given back */
+		for (i = 0; i < nfolded; i++)
+		{
+			outbox_lock_tag(&tag, OUTBOX_LOCK_HISTORY, folded[i].xid,
+							folded[i].relid, folded[i].bound);
+			(void) LockAcquire(&tag, AccessShareLock, true, false);
+		}
+		for (i = 0; i < outbox_nhistory; i++)
+		{
+			OutboxHistoryLock *h = &outbox_history[i];
+
+			if (TransactionIdEquals(h->xid, mine))
+				continue;
+			outbox_lock_tag(&tag, OUTBOX_LOCK_HISTORY, h->xid, h->relid, h->bound);
+			(void) LockRelease(&tag, AccessShareLock, true);
+		}
+		for (i = 0; i < nfolded; i++)
+			outbox_history[kept++] = folded[i];
+		outbox_nhistory = kept;
+	}
+}
+
+/*
  * outbox_marker_locks
  *
- * Without shared memory: the lowest value any transaction marks relid
- * with, of kind OUTBOX_LOCK_BOUND or OUTBOX_LOCK_WINDOW, from the lock
- * manager's list of every lock held; OUTBOX_NO_WINDOW when none.
+ * Without shared memory: the lowest value relid is marked with, of kind
+ * OUTBOX_LOCK_BOUND (with a snapshot: also the history of transactions it
+ * does not see ended) or OUTBOX_LOCK_WINDOW, from the lock manager's list
+ * of every lock held; OUTBOX_NO_WINDOW when none.
  */
 static int64
-outbox_marker_locks(uint16 kind, Oid relid)
+outbox_marker_locks(uint16 kind, Oid relid, Snapshot snapshot)
 {
 	LockData   *locks = GetLockStatusData();
 	int64		lowest = OUTBOX_NO_WINDOW;
+	OutboxHistoryLock *history = palloc(sizeof(OutboxHistoryLock) *
+										Max(locks->nelements, 1));
+	int			nhistory = 0;
 	int			i;
 
 	for (i = 0; i < locks->nelements; i++)
 	{
-		LockInstanceData *lock = &locks->locks[i];
+		LOCKTAG    *tag = &locks->locks[i].locktag;
+		uint16		tagkind = tag->locktag_field4 & OUTBOX_LOCK_KIND;
+		int64		value;
 
-		if (lock->locktag.locktag_type != LOCKTAG_ADVISORY ||
-			lock->locktag.locktag_field1 != MyDatabaseId ||
-			lock->locktag.locktag_field2 != relid ||
-			(lock->locktag.locktag_field4 & (OUTBOX_LOCK_FLAG | OUTBOX_LOCK_WINDOW)) !=
-			(OUTBOX_LOCK_FLAG | kind) ||
-			lock->holdMask == 0)
+		if (tag->locktag_type != LOCKTAG_ADVISORY ||
+			(tag->locktag_field4 & OUTBOX_LOCK_FLAG) == 0 ||
+			tag->locktag_field2 != relid || locks->locks[i].holdMask == 0)
 			continue;
-		lowest = Min(lowest,
-					 (int64) (((uint64) (lock->locktag.locktag_field4 & 0x3fff) << 32) |
-							  lock->locktag.locktag_field3));
+		value = (int64) (((uint64) (tag->locktag_field4 & OUTBOX_LOCK_HIGH) << 32) |
+						 tag->locktag_field3);
+		if (tagkind == kind && tag->locktag_field1 == MyDatabaseId)
+			lowest = Min(lowest, value);
+		else if (kind == OUTBOX_LOCK_BOUND && tagkind == OUTBOX_LOCK_HISTORY &&
+				 snapshot != NULL && value < lowest)
+		{
+			history[nhistory].xid = tag->locktag_field1;
+			history[nhistory].bound = value;
+			nhistory++;
+		}
 	}
+	/* outside the lock manager's partitions: these may look at clog */
+	for (i = 0; i < nhistory; i++)
+		if (history[i].bound < lowest &&
+			XidInMVCCSnapshot(history[i].xid, snapshot))
+			lowest = history[i].bound;
+	pfree(history);
 	return lowest;
 }
 
