@@ -11,6 +11,8 @@
 #               delivery_outbox.direct_insert=off' (outbox_enqueue through a
 #               plain SQL INSERT)
 #   isolation   specs/*.spec     make installcheck REGRESS= TAP_TESTS=
+#   isolation (preloaded)        the same, the cluster restarted with
+#                                shared_preload_libraries = delivery_outbox
 #   TAP         t/*.pl           make installcheck REGRESS= ISOLATION=
 #   examples    examples/test_examples.sh: the Python, Node.js and C relays
 #               and producers against the cluster (own databases), and the
@@ -226,6 +228,32 @@ if have 'specs/*.spec'; then
         show_file "$OUTBOX_SRC/output_iso/regression.diffs"
     fi
     record isolation "$p" "$f"
+
+    # The same specs with the library preloaded: the insert markers of
+    # ordered delivery and outbox_horizon() are then in shared memory, not
+    # in the lock manager, and each spec must read the same either way.
+    log "restarting the cluster with shared_preload_libraries = delivery_outbox"
+    if as_user pg_ctl -D "$OUTBOX_DATA" -l "$OUTBOX_LOG" -w -t 60 \
+        -o "-c shared_preload_libraries=delivery_outbox" restart \
+        >"$OUTBOX_WORK/pg_ctl.log" 2>&1; then
+        run_suite isolation_preloaded -- REGRESS= TAP_TESTS=
+        read -r p f < <(count_regress "$OUTBOX_WORK/isolation_preloaded.out")
+        if [ "$SUITE_RC" -ne 0 ] && [ "$f" -eq 0 ]; then
+            warn "isolation (preloaded): make exited $SUITE_RC without a failed test; counting one failure"
+            f=1
+        fi
+        if [ "$f" -gt 0 ]; then
+            show_file "$OUTBOX_SRC/output_iso/regression.diffs"
+        fi
+        record 'isolation (preloaded)' "$p" "$f"
+        as_user pg_ctl -D "$OUTBOX_DATA" -l "$OUTBOX_LOG" -w -t 60 \
+            -o "-c shared_preload_libraries=''" restart \
+            >"$OUTBOX_WORK/pg_ctl.log" 2>&1 ||
+            die "the server did not restart without the preload"
+    else
+        cat "$OUTBOX_WORK/pg_ctl.log" "$OUTBOX_LOG" >&2
+        record 'isolation (preloaded)' 0 1
+    fi
 else
     log "suite: isolation: no specs/*.spec, skipped"
 fi
