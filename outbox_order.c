@@ -133,6 +133,7 @@ PG_FUNCTION_INFO_V1(outbox_insert_statement);
 static OutboxOrderInfo *outbox_order_info(Relation rel);
 static void outbox_scan_recipient(OutboxScan *scan, text *recipient);
 static text *outbox_next_recipient(OutboxScan *scan, text *after);
+static bool outbox_scan_tenant(OutboxScan *scan, text *tenant);
 static OutboxGroup *outbox_group(List **groups, bool tenant_null,
 								 text *tenant, int *nruns);
 static bool outbox_text_equal(text *a, text *b);
@@ -408,7 +409,7 @@ outbox_order_wake_next(Relation rel, const OutboxColumns *cols,
 	int64		id;
 	int			scanned = 0;
 
-	if (!OidIsValid(info->open_index))
+	if (!OidIsValid(info->open_index) || !ActiveSnapshotSet())
 		return;
 	d = heap_getattr(tuple, cols->recipient, tupdesc, &isnull);
 	if (isnull)
@@ -578,8 +579,9 @@ outbox_scan_recipient(OutboxScan *scan, text *recipient)
 		{
 			Datum		t = slot_getattr(scan->slot, cols->tenant_id, &isnull);
 
-			outbox_group(&groups, isnull, isnull ? NULL : DatumGetTextPP(t),
-						 &scan->nruns)->held = true;
+			if (outbox_scan_tenant(scan, isnull ? NULL : DatumGetTextPP(t)))
+				outbox_group(&groups, isnull, isnull ? NULL : DatumGetTextPP(t),
+							 &scan->nruns)->held = true;
 		}
 		index_endscan(iscan);
 	}
@@ -601,8 +603,9 @@ outbox_scan_recipient(OutboxScan *scan, text *recipient)
 		}
 		for (; lo < scan->nin_flight &&
 			 outbox_text_cmp(f[lo].recipient, recipient) == 0; lo++)
-			outbox_group(&groups, f[lo].tenant == NULL, f[lo].tenant,
-						 &scan->nruns)->held = true;
+			if (outbox_scan_tenant(scan, f[lo].tenant))
+				outbox_group(&groups, f[lo].tenant == NULL, f[lo].tenant,
+							 &scan->nruns)->held = true;
 	}
 
 	outbox_recipient_key(&key, scan->open_index, BTEqualStrategyNumber,
@@ -624,9 +627,7 @@ outbox_scan_recipient(OutboxScan *scan, text *recipient)
 		char	   *state;
 
 		CHECK_FOR_INTERRUPTS();
-		if (scan->by_tenant &&
-			(tenant == NULL ? scan->tenant != NULL :
-			 scan->tenant == NULL || !outbox_text_equal(tenant, scan->tenant)))
+		if (!outbox_scan_tenant(scan, tenant))
 			continue;
 		group = outbox_group(&groups, tenant == NULL, tenant, &scan->nruns);
 		if (!group->held)
@@ -680,6 +681,22 @@ outbox_scan_recipient(OutboxScan *scan, text *recipient)
 	}
 	index_endscan(iscan);
 	list_free_deep(groups);
+}
+
+/*
+ * outbox_scan_tenant
+ *
+ * Whether a row of tenant (NULL: the NULL tenant) is one the claim looks
+ * at: any, or only its tenant's.
+ */
+static bool
+outbox_scan_tenant(OutboxScan *scan, text *tenant)
+{
+	if (!scan->by_tenant)
+		return true;
+	if (tenant == NULL || scan->tenant == NULL)
+		return tenant == NULL && scan->tenant == NULL;
+	return outbox_text_equal(tenant, scan->tenant);
 }
 
 /*

@@ -135,6 +135,7 @@ SELECT claim(10, 'r7') AS r7_past_the_expired;
 SELECT enq('r8', 'h1', 't1'), enq('r8', 'h2', 't2'), enq('r8', 'h3', 't1'), enq('r8', 'h4');
 SELECT claim(1, 'r8', 't1') AS r8_t1_head;
 SELECT claim(10, 'r8', 't1') AS r8_t1_in_flight;
+SELECT claim(10, 'r8', 't2') AS r8_t2_head_past_t1_in_flight;
 SELECT claim(10, 'r8') AS r8_other_groups;
 -- a tenant filter alone
 SELECT enq('r9', 'i1', 't9'), enq('r10', 'j1', 't9'), enq('r10', 'j2', 'tx');
