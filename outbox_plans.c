@@ -411,7 +411,7 @@ outbox_claim_ordered(OutboxTable *table, int64 max_rows, text *recipient,
 	rel = table_open(outbox_table_relid(table), RowExclusiveLock);
 	outbox_order_heads(rel, outbox_columns(rel, "outbox_claim"), recipient,
 					   tenant != NULL, tenant, now, policy->has_ttl, ttl_cutoff,
-					   probe ? 1 : (int) Min(max_rows, MaxAllocSize / sizeof(int64)),
+					   probe ? 1 : (int) Min(max_rows, (int64) (MaxAllocSize / sizeof(int64))),
 					   &heads);
 	table_close(rel, NoLock);
 	if (probe)
