@@ -835,12 +835,17 @@ BEGIN
         PERFORM @extschema@.outbox_set_triggers(tbl, chan);
     END IF;
     IF outbox_configure.ordered IS NOT NULL THEN
-        -- running inserts finish first: each one is marked as the setting
-        -- it started under says, which must be the one claims go by
-        EXECUTE format('LOCK TABLE %s IN SHARE MODE', tbl);
-        UPDATE @extschema@.delivery_outbox_registry r
-           SET ordered = outbox_configure.ordered WHERE r.outbox = tbl;
-        -- the claims find a recipient's runs in flight by this index
+        IF outbox_configure.ordered IS DISTINCT FROM
+           (SELECT r.ordered FROM @extschema@.delivery_outbox_registry r WHERE r.outbox = tbl) THEN
+            -- running inserts finish first: each one is marked as the
+            -- setting it started under says, which must be the one claims
+            -- go by
+            EXECUTE format('LOCK TABLE %s IN SHARE MODE', tbl);
+            UPDATE @extschema@.delivery_outbox_registry r
+               SET ordered = outbox_configure.ordered WHERE r.outbox = tbl;
+        END IF;
+        -- the claims find a recipient's runs in flight by this index (made
+        -- again by a repeated call: a restored default outbox lacks it)
         SELECT i.indexrelid INTO idx FROM pg_index i
          WHERE i.indrelid = tbl
            AND pg_get_indexdef(i.indexrelid)

@@ -44,9 +44,11 @@
  * then locks of the lock manager, which every backend can list (advisory
  * locks of a tag no SQL function makes, held by the inserting transaction:
  * its bound until it ends, its statement's window until the statement
- * ends).  Readers list them all (GetLockStatusData), which is slower, and
- * there is no history: the horizon then holds for snapshots taken after it
- * was read.
+ * ends), and a session lock of the inserting backend keeps its history,
+ * given back once every snapshot sees the transaction ended (or when the
+ * backend exits: a snapshot older than a producer that has disconnected
+ * since may then get a horizon too high).  Readers list every lock of the
+ * server (GetLockStatusData), which is slower.
  *
  * Copyright (c) 2026, delivery_outbox developers
  *
@@ -1047,7 +1049,7 @@ outbox_marker_locks(uint16 kind, Oid relid, Snapshot snapshot)
  *
  * An entry of the shared array for the markers of the transaction being
  * prepared; entries of prepared transactions every snapshot sees ended are
- * taken back first.  Raises 53000 when all are in use.
+ * taken back first.  Raises 53400 when all are in use.
  */
 static void
 outbox_reserve_prepared(void)

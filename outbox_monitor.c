@@ -167,8 +167,8 @@ outbox_next_due(PG_FUNCTION_ARGS)
  * the bound of every transaction inserting into the outbox that the
  * caller's snapshot does not see as committed (outbox_markers.c).  Rows
  * with ids up to H read with this snapshot, or any later one, are all a
- * cursor will ever see there.  Raises 55000 without the preload, or when
- * the outbox's id has no sequence with an increment > 0 and CACHE 1.
+ * cursor will ever see there.  Raises 55000 when the outbox's id has no
+ * sequence with an increment > 0 and CACHE 1.
  */
 Datum
 outbox_horizon(PG_FUNCTION_ARGS)

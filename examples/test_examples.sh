@@ -33,7 +33,15 @@
 #      soon after it (the relay sleeps until outbox_next_due(), not WAIT_MS),
 #      then acked with two attempts;
 #   9. run the producer example: the committed order and its outbox row
-#      exist, the rolled-back ones do not.
+#      exist, the rolled-back ones do not;
+#  10. python only: the gap-safe cursor reader (python/cursor.py, ACK=1) as
+#      the relay role, granted outbox_horizon() too: a recipient's rows read
+#      in id order, each once, while a lower id commits after a higher one
+#      (the higher one is not read before), while a lower insert rolls back
+#      (the higher one is read soon after), and under concurrent producers
+#      whose ids commit out of order; it stops cleanly with its cursor saved.
+#      The same gap read by after_id alone (NAIVE=1) skips the lower row:
+#      what the horizon is for.
 #
 # and, for the postgres_exporter queries ("exporter"), on a server that
 # preloads delivery_outbox (this one if it does, else a throwaway cluster of
@@ -88,6 +96,8 @@ fi
 T=0
 FAILED=0
 RELAY_PID=
+SESS_PID=
+SESS_FD=
 EXPORTER_PID=
 PRIVATE_PGDATA=
 PRIVATE_PG_CTL=
@@ -108,6 +118,7 @@ cleanup()
         kill -KILL "$RELAY_PID" 2>/dev/null
         wait "$RELAY_PID" 2>/dev/null
     fi
+    sess_close
     stop_exporter
     stop_private_cluster
     if [ "$OWN_WORK" = 1 ]; then
@@ -410,6 +421,195 @@ run_policy()
     fi
 }
 
+# sess_open DB FILE: a psql session of its own, fed through a FIFO, its
+# output in FILE (one at a time); sess_send SQL; sess_wait_line N: wait (up
+# to 10 s) until FILE has N lines, print the Nth; sess_close
+sess_open()
+{
+    SESS_OUT=$2
+    rm -f "$SESS_OUT.in" "$SESS_OUT"
+    mkfifo "$SESS_OUT.in"
+    psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$1" <"$SESS_OUT.in" >"$SESS_OUT" 2>&1 &
+    SESS_PID=$!
+    exec {SESS_FD}>"$SESS_OUT.in"
+}
+sess_send() { echo "$1" >&"$SESS_FD"; }
+sess_wait_line()
+{
+    local _
+    for _ in $(seq 200); do
+        [ "$(wc -l <"$SESS_OUT")" -ge "$1" ] && { sed -n "${1}p" "$SESS_OUT"; return 0; }
+        sleep 0.05
+    done
+    return 1
+}
+sess_close()
+{
+    if [ -n "$SESS_FD" ]; then
+        exec {SESS_FD}>&-
+        SESS_FD=
+    fi
+    if [ -n "$SESS_PID" ]; then
+        wait "$SESS_PID" 2>/dev/null
+        SESS_PID=
+    fi
+}
+
+# wait_lines SECS FILE PATTERN: poll until FILE has a line that is exactly
+# PATTERN; false on timeout or when the reader (RELAY_PID) is gone
+wait_lines()
+{
+    local deadline=$((SECONDS + $1))
+    while [ "$SECONDS" -le "$deadline" ]; do
+        grep -qx "$3" "$2" && return 0
+        kill -0 "$RELAY_PID" 2>/dev/null || return 1
+        sleep 0.05
+    done
+    return 1
+}
+
+# run_cursor DB: python/cursor.py, the gap-safe cursor loop of
+# docs/ordered-delivery.md, against the default outbox of DB, as the relay
+# role (README's GRANTs and outbox_horizon).  The database is the judge of
+# what committed; the reader's stdout ("recipient id" lines) of what it read.
+run_cursor()
+{
+    local db=$1 dir=$WORK/python
+    local out=$dir/cursor-rows.txt err=$dir/cursor.log pos=$dir/cursor.pos
+    local app=examples-cursor-python r=cursor:a low high n_rows n_lines got p i
+    local -a producers=()
+
+    if ! q "$db" "GRANT EXECUTE ON FUNCTION outbox_horizon(regclass) TO $ROLE" >/dev/null; then
+        nok "python: cursor: GRANT EXECUTE ON FUNCTION outbox_horizon(regclass) to the relay role"
+        return
+    fi
+    rm -f "$pos"
+    env PGDATABASE="$db" PGUSER="$ROLE" PGAPPNAME="$app" RECIPIENT="$r" \
+        ACK=1 BATCH=7 WAIT_MS=30000 HELD_MS=200 CURSOR_FILE="$pos" \
+        "$PYTHON" "$HERE/python/cursor.py" >"$out" 2>"$err" &
+    RELAY_PID=$!
+
+    # 20 rows committed together: read, in order, and acked.
+    q "$db" "SELECT count(outbox_enqueue('$r', 'work', convert_to('{\"n\": ' || g || '}', 'UTF8')))
+               FROM generate_series(1, 20) g" >/dev/null
+    if wait_until 15 "$db" "SELECT count(*) = 20 FROM delivery_outbox
+                             WHERE recipient = '$r' AND delivery_state = 'acked'"; then
+        ok "python: cursor: 20 committed rows read in id order and acked (ACK=1)"
+    else
+        nok "python: cursor: 20 committed rows read and acked"
+        show "$err"
+        stop_relay
+        return
+    fi
+
+    # A lower id still open while a higher one commits: the higher one is
+    # not read before the lower one commits; then both, in id order.
+    sess_open "$db" "$dir/cursor-session.out"
+    sess_send "BEGIN; SELECT outbox_enqueue('$r', 'work', '\\x01');"
+    low=$(sess_wait_line 1)
+    high=$(q "$db" "SELECT outbox_enqueue('$r', 'work', '\\x02')")
+    sleep 1
+    if [ -n "$low" ] && [ -n "$high" ] && [ "$high" -gt "$low" ] &&
+        ! grep -qx "$r $high" "$out"; then
+        got=held
+    else
+        got="read early ($low, $high)"
+    fi
+    sess_send "COMMIT;"
+    if [ "$got" = held ] && wait_lines 10 "$out" "$r $high" &&
+        [ "$(tail -n 2 "$out" | tr '\n' ' ')" = "$r $low $r $high " ]; then
+        ok "python: cursor: row $high (committed first) waited above the horizon until row $low committed, then both were read in id order"
+    else
+        nok "python: cursor: a higher id is not read before a lower one that commits later ($got)"
+        show "$out" 5
+        show "$err"
+    fi
+
+    # A lower insert that rolls back: no NOTIFY comes of it; the reader
+    # looks again every HELD_MS and reads the higher row soon after.
+    sess_send "BEGIN; SELECT outbox_enqueue('$r', 'work', '\\x03');"
+    low=$(sess_wait_line 2)
+    high=$(q "$db" "SELECT outbox_enqueue('$r', 'work', '\\x04')")
+    sleep 0.5
+    got=$(grep -cx "$r $high" "$out")
+    sess_send "ROLLBACK;"
+    sess_close
+    if [ "$got" = 0 ] && wait_lines 5 "$out" "$r $high" && ! grep -qx "$r $low" "$out"; then
+        ok "python: cursor: row $high waited while row $low was open, and was read soon after its rollback (no NOTIFY: the HELD_MS recheck)"
+    else
+        nok "python: cursor: after a rolled-back lower insert the higher row is read (read while held: $got)"
+        show "$out" 5
+        show "$err"
+    fi
+
+    # Four producers at once, two rows per transaction with a pause
+    # between them, so that lower ids keep committing after higher ones.
+    for p in 1 2 3 4; do
+        (for i in $(seq 25); do
+            q "$db" "SELECT outbox_enqueue('$r', 'work', '\\x05'),
+                            pg_sleep(random() * 0.02),
+                            outbox_enqueue('$r', 'work', '\\x06')" >/dev/null
+        done) &
+        producers+=($!)
+    done
+    wait "${producers[@]}"
+    if wait_until "$TIMEOUT" "$db" "SELECT count(*) FILTER (WHERE delivery_state <> 'acked') = 0
+                                     FROM delivery_outbox WHERE recipient = '$r'"; then
+        n_rows=$(q "$db" "SELECT count(*) FROM delivery_outbox WHERE recipient = '$r'")
+        n_lines=$(wc -l <"$out")
+        if [ "$n_lines" -eq "$n_rows" ] &&
+            [ "$(q "$db" "SELECT string_agg('$r ' || id, E'\n' ORDER BY id)
+                            FROM delivery_outbox WHERE recipient = '$r'")" = "$(cat "$out")" ]; then
+            ok "python: cursor: under 4 concurrent producers, all $n_rows committed rows of $r read once each, in id order, none skipped"
+        else
+            nok "python: cursor: every committed row read once, in id order ($n_lines lines for $n_rows rows)"
+            diff <(q "$db" "SELECT '$r ' || id FROM delivery_outbox WHERE recipient = '$r' ORDER BY id") \
+                "$out" | head -20 | sed 's/^/# /'
+        fi
+    else
+        nok "python: cursor: every row of $r acked by the reader within ${TIMEOUT}s"
+        show "$err"
+    fi
+
+    stop_relay
+    got=$(q "$db" "SELECT max(id) FROM delivery_outbox WHERE recipient = '$r'")
+    if [ "$STOP_RC" -eq 0 ] && grep -q 'stopped:' "$err" && [ "$(cat "$pos" 2>/dev/null)" = "$got" ]; then
+        ok "python: cursor: SIGTERM stops the reader cleanly, its cursor saved at id $got"
+    else
+        nok "python: cursor: SIGTERM stops the reader cleanly with its cursor saved (exit $STOP_RC, cursor $(cat "$pos" 2>/dev/null), last id $got)"
+        show "$err"
+    fi
+
+    # The same gap read by after_id alone (NAIVE=1, ACK=0): the lower row
+    # is skipped for good.
+    r=cursor:naive
+    env PGDATABASE="$db" PGUSER="$ROLE" PGAPPNAME="$app" RECIPIENT="$r" \
+        NAIVE=1 WAIT_MS=30000 "$PYTHON" "$HERE/python/cursor.py" >"$out" 2>"$err" &
+    RELAY_PID=$!
+    sess_open "$db" "$dir/cursor-session.out"
+    sess_send "BEGIN; SELECT outbox_enqueue('$r', 'work', '\\x07');"
+    low=$(sess_wait_line 1)
+    high=$(q "$db" "SELECT outbox_enqueue('$r', 'work', '\\x08')")
+    if wait_lines 10 "$out" "$r $high"; then
+        sess_send "COMMIT;"
+        sess_close
+        sleep 1
+        if ! grep -qx "$r $low" "$out" &&
+            [ "$(q "$db" "SELECT delivery_state FROM delivery_outbox WHERE id = $low")" = pending ]; then
+            ok "python: cursor: without the horizon (NAIVE=1) the reader read row $high and never row $low, which committed later with a lower id"
+        else
+            nok "python: cursor: the naive reader skips the lower row (it read it, or it did not commit)"
+            show "$out" 5
+        fi
+    else
+        sess_send "COMMIT;"
+        sess_close
+        nok "python: cursor: the naive reader reads row $high while row $low is open"
+        show "$err"
+    fi
+    stop_relay
+}
+
 run_lang()
 {
     local lang=$1 db=examples_$1 app=examples-relay-$1 dir=$WORK/$1
@@ -596,6 +796,9 @@ SQL
         nok "$lang: producer ran"
         show "$dir/producer.log"
     fi
+
+    # -- the gap-safe cursor (python only) --------------------------------
+    [ "$lang" = python ] && run_cursor "$db"
 
     dt=$((SECONDS - t0))
     diag "$lang: ${dt}s"
