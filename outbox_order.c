@@ -97,6 +97,21 @@ typedef struct OutboxInFlight
 	text	   *tenant;			/* NULL: the NULL tenant */
 } OutboxInFlight;
 
+/* What a claim may do with a row it read. */
+typedef enum OutboxEntryStatus
+{
+	OUTBOX_ENTRY_TAKE,			/* hand it out, as part of its group's run */
+	OUTBOX_ENTRY_SKIP,			/* pass over it (pending, expired) */
+	OUTBOX_ENTRY_HOLD			/* nothing of its group from here on */
+} OutboxEntryStatus;
+
+typedef struct OutboxEntry
+{
+	int64		id;
+	text	   *tenant;			/* NULL: the NULL tenant; in the scan's slot */
+	OutboxEntryStatus status;
+} OutboxEntry;
+
 /* One (recipient, tenant_id) group met by a claim's scan. */
 typedef struct OutboxGroup
 {
@@ -116,7 +131,9 @@ typedef struct OutboxScan
 	OutboxInFlight *in_flight;	/* sorted by recipient */
 	int			nin_flight;
 	TupleTableSlot *slot;
+	TupleTableSlot *mvcc_slot;
 	SnapshotData dirty;
+	Snapshot	snapshot;		/* the claim's own, taken first */
 	bool		by_tenant;
 	text	   *tenant;			/* NULL with by_tenant: the NULL tenant */
 	TimestampTz now;
@@ -133,6 +150,8 @@ PG_FUNCTION_INFO_V1(outbox_insert_statement);
 static OutboxOrderInfo *outbox_order_info(Relation rel);
 static void outbox_scan_recipient(OutboxScan *scan, text *recipient);
 static text *outbox_next_recipient(OutboxScan *scan, text *after);
+static bool outbox_next_entry(OutboxScan *scan, IndexScanDesc iscan,
+							  TupleTableSlot *slot, bool dirty, OutboxEntry *e);
 static bool outbox_scan_tenant(OutboxScan *scan, text *tenant);
 static OutboxGroup *outbox_group(List **groups, bool tenant_null,
 								 text *tenant, int *nruns);
@@ -304,6 +323,8 @@ outbox_order_heads(Relation rel, const OutboxColumns *cols,
 	heads->n = 0;
 	heads->ids = palloc(sizeof(int64) * max_rows);
 	heads->group = palloc(sizeof(int) * max_rows);
+	heads->recipient = palloc(sizeof(text *) * max_rows);
+	heads->tenant = palloc(sizeof(text *) * max_rows);
 
 	memset(&scan, 0, sizeof(scan));
 	scan.rel = rel;
@@ -315,11 +336,16 @@ outbox_order_heads(Relation rel, const OutboxColumns *cols,
 	scan.ttl_cutoff = ttl_cutoff;
 	scan.max_rows = max_rows;
 	scan.heads = heads;
-	/* the windows first: a row found in no index was then announced */
+	/*
+	 * The claim's snapshot, then the windows: a row found in no index by
+	 * the scans below was then announced.
+	 */
+	scan.snapshot = RegisterSnapshot(GetLatestSnapshot());
 	scan.window = outbox_marker_window(RelationGetRelid(rel));
 	InitDirtySnapshot(scan.dirty);
 	scan.open_index = index_open(info->open_index, AccessShareLock);
 	scan.slot = table_slot_create(rel, NULL);
+	scan.mvcc_slot = table_slot_create(rel, NULL);
 
 	/*
 	 * The groups with a run in flight: looked up per recipient in the
@@ -378,10 +404,77 @@ outbox_order_heads(Relation rel, const OutboxColumns *cols,
 			memcpy(outbox_cursor, cur, VARSIZE_ANY(cur));
 	}
 
+	ExecDropSingleTupleTableSlot(scan.mvcc_slot);
 	ExecDropSingleTupleTableSlot(scan.slot);
+	UnregisterSnapshot(scan.snapshot);
 	if (scan.delivered_index != NULL)
 		index_close(scan.delivered_index, AccessShareLock);
 	index_close(scan.open_index, AccessShareLock);
+}
+
+/*
+ * outbox_order_overtakes
+ *
+ * After a claim locked its runs: whether the run of rel's group (recipient,
+ * tenant, NULL for the NULL tenant) that starts at head would overtake a
+ * row of the group, read with a new snapshot (and the dirty one): a lower
+ * open row, or one being changed, that is not an expired pending row.  A
+ * row that one of the claim's scans could not see while it changed shows
+ * up here: the claim keeps only runs this finds nothing below.
+ */
+bool
+outbox_order_overtakes(Relation rel, const OutboxColumns *cols,
+					   text *recipient, text *tenant, int64 head,
+					   TimestampTz now, bool has_ttl, TimestampTz ttl_cutoff)
+{
+	OutboxOrderInfo *info = outbox_order_info(rel);
+	OutboxScan	scan;
+	ScanKeyData keys[2];
+	OutboxEntry entry;
+	bool		found = false;
+	int			pass;
+
+	memset(&scan, 0, sizeof(scan));
+	scan.rel = rel;
+	scan.cols = cols;
+	scan.by_tenant = true;
+	scan.tenant = tenant;
+	scan.now = now;
+	scan.has_ttl = has_ttl;
+	scan.ttl_cutoff = ttl_cutoff;
+	scan.window = PG_INT64_MAX;
+	InitDirtySnapshot(scan.dirty);
+	scan.snapshot = RegisterSnapshot(GetLatestSnapshot());
+	scan.open_index = index_open(info->open_index, AccessShareLock);
+	scan.slot = table_slot_create(rel, NULL);
+	outbox_recipient_key(&keys[0], scan.open_index, BTEqualStrategyNumber,
+						 recipient);
+	ScanKeyInit(&keys[1], 2, BTLessStrategyNumber, F_INT8LT,
+				Int64GetDatum(head));
+
+	/*
+	 * Either view's rows of the group below the head: none may be open but
+	 * for expired pending ones (a row acked since the new snapshot was
+	 * taken makes this wrongly find one: the run waits for the next claim).
+	 */
+	for (pass = 0; pass < 2 && !found; pass++)
+	{
+		IndexScanDesc iscan = index_beginscan(rel, scan.open_index,
+											  pass == 1 ? &scan.dirty : scan.snapshot,
+											  2, 0);
+
+		index_rescan(iscan, keys, 2, NULL, 0);
+		while (!found &&
+			   outbox_next_entry(&scan, iscan, scan.slot, pass == 1, &entry))
+			found = outbox_scan_tenant(&scan, entry.tenant) &&
+				entry.status != OUTBOX_ENTRY_SKIP;
+		index_endscan(iscan);
+	}
+
+	ExecDropSingleTupleTableSlot(scan.slot);
+	index_close(scan.open_index, AccessShareLock);
+	UnregisterSnapshot(scan.snapshot);
+	return found;
 }
 
 /*
@@ -564,7 +657,12 @@ outbox_scan_recipient(OutboxScan *scan, text *recipient)
 	OutboxHeads *heads = scan->heads;
 	List	   *groups = NIL;
 	IndexScanDesc iscan;
+	IndexScanDesc mvcc;
 	ScanKeyData key;
+	OutboxEntry dirty_entry;
+	OutboxEntry mvcc_entry;
+	bool		have_dirty;
+	bool		have_mvcc;
 	int			lookahead = 0;
 	bool		isnull;
 
@@ -608,79 +706,140 @@ outbox_scan_recipient(OutboxScan *scan, text *recipient)
 							 &scan->nruns)->held = true;
 	}
 
+	/*
+	 * The recipient's open rows in id order, twice: as they are now (the
+	 * dirty snapshot, which shows running changes), and as the claim's
+	 * snapshot saw them.  A row whose update commits while the dirty scan
+	 * goes past it can be missing from that scan (its old version dead by
+	 * the time it is read, its new index entry added behind the scan); the
+	 * snapshot still sees the old version, and a row seen only there holds
+	 * its group.
+	 */
 	outbox_recipient_key(&key, scan->open_index, BTEqualStrategyNumber,
 						 recipient);
 	iscan = index_beginscan(scan->rel, scan->open_index, &scan->dirty, 1, 0);
 	index_rescan(iscan, &key, 1, NULL, 0);
-	while (heads->n < scan->max_rows &&
-		   index_getnext_slot(iscan, ForwardScanDirection, scan->slot))
+	mvcc = index_beginscan(scan->rel, scan->open_index, scan->snapshot, 1, 0);
+	index_rescan(mvcc, &key, 1, NULL, 0);
+	have_dirty = outbox_next_entry(scan, iscan, scan->slot, true, &dirty_entry);
+	have_mvcc = outbox_next_entry(scan, mvcc, scan->mvcc_slot, false, &mvcc_entry);
+	while (heads->n < scan->max_rows && (have_dirty || have_mvcc))
 	{
-		TupleTableSlot *slot = scan->slot;
-		bool		busy = TransactionIdIsValid(scan->dirty.xmin) ||
-			TransactionIdIsValid(scan->dirty.xmax);
-		Datum		t = slot_getattr(slot, cols->tenant_id, &isnull);
-		text	   *tenant = isnull ? NULL : DatumGetTextPP(t);
+		OutboxEntry *e;
 		OutboxGroup *group;
 		ListCell   *lc;
 		bool		all_held = true;
-		int64		id;
-		char	   *state;
 
 		CHECK_FOR_INTERRUPTS();
-		if (!outbox_scan_tenant(scan, tenant))
-			continue;
-		group = outbox_group(&groups, tenant == NULL, tenant, &scan->nruns);
-		if (!group->held)
+		if (have_dirty && (!have_mvcc || dirty_entry.id <= mvcc_entry.id))
+			e = &dirty_entry;
+		else
 		{
-			id = DatumGetInt64(slot_getattr(slot, cols->id, &isnull));
-			state = TextDatumGetCString(slot_getattr(slot, cols->state, &isnull));
-			if (busy || strcmp(state, "pending") != 0)
-				group->held = true;
-			else
-			{
-				Datum		d;
-				bool		expired = false;
-				bool		due = true;
-
-				if (cols->expires_at != InvalidAttrNumber)
-				{
-					d = slot_getattr(slot, cols->expires_at, &isnull);
-					expired = !isnull && DatumGetTimestampTz(d) <= scan->now;
-				}
-				if (scan->has_ttl)
-				{
-					d = slot_getattr(slot, cols->created_at, &isnull);
-					expired |= !isnull && DatumGetTimestampTz(d) <= scan->ttl_cutoff;
-				}
-				if (cols->not_before != InvalidAttrNumber)
-				{
-					d = slot_getattr(slot, cols->not_before, &isnull);
-					due = isnull || DatumGetTimestampTz(d) <= scan->now;
-				}
-				if (expired)
-					continue;	/* never handed out: it will be dead-lettered */
-				if (!due || id > scan->window)
-					group->held = true;
-				else
-				{
-					heads->ids[heads->n] = id;
-					heads->group[heads->n] = group->run;
-					heads->n++;
-					lookahead = 0;
-					continue;
-				}
-			}
+			e = &mvcc_entry;	/* seen by the snapshot only: holds */
+			e->status = OUTBOX_ENTRY_HOLD;
 		}
+
+		if (outbox_scan_tenant(scan, e->tenant))
+		{
+			group = outbox_group(&groups, e->tenant == NULL, e->tenant,
+								 &scan->nruns);
+			if (!group->held && e->status == OUTBOX_ENTRY_TAKE)
+			{
+				heads->ids[heads->n] = e->id;
+				heads->group[heads->n] = group->run;
+				heads->recipient[heads->n] = recipient;
+				heads->tenant[heads->n] = group->tenant;
+				heads->n++;
+				lookahead = 0;
+			}
+			else if (e->status != OUTBOX_ENTRY_SKIP)
+				group->held = true;
+		}
+
+		/* the next entry of either scan, both when they were the same row */
+		if (e == &dirty_entry)
+		{
+			if (have_mvcc && mvcc_entry.id == dirty_entry.id)
+				have_mvcc = outbox_next_entry(scan, mvcc, scan->mvcc_slot, false,
+											  &mvcc_entry);
+			have_dirty = outbox_next_entry(scan, iscan, scan->slot, true,
+										   &dirty_entry);
+		}
+		else
+			have_mvcc = outbox_next_entry(scan, mvcc, scan->mvcc_slot, false,
+										  &mvcc_entry);
+
 		/* stop reading the recipient once every group seen is held */
+		if (groups == NIL)
+			continue;
 		foreach(lc, groups)
 			all_held &= ((OutboxGroup *) lfirst(lc))->held;
-		if (all_held && !scan->by_tenant && ++lookahead > OUTBOX_ORDER_LOOKAHEAD)
-			break;
-		if (all_held && scan->by_tenant)
+		if (all_held && (scan->by_tenant || ++lookahead > OUTBOX_ORDER_LOOKAHEAD))
 			break;
 	}
+	index_endscan(mvcc);
 	index_endscan(iscan);
-	list_free_deep(groups);
+	list_free(groups);
+}
+
+/*
+ * outbox_next_entry
+ *
+ * The next row of an index scan of open rows (with the dirty snapshot when
+ * dirty, else the claim's own), as an OutboxEntry: what the claim may do
+ * with it, by the version read: taken when pending, due, not being changed
+ * (as the dirty snapshot shows) and below every open window, skipped when
+ * pending and expired, else it holds its group.  False at the end of the
+ * scan.
+ */
+static bool
+outbox_next_entry(OutboxScan *scan, IndexScanDesc iscan, TupleTableSlot *slot,
+				  bool dirty, OutboxEntry *e)
+{
+	const OutboxColumns *cols = scan->cols;
+	bool		isnull;
+	Datum		d;
+	bool		busy;
+	char	   *state;
+
+	if (!index_getnext_slot(iscan, ForwardScanDirection, slot))
+		return false;
+	busy = dirty && (TransactionIdIsValid(scan->dirty.xmin) ||
+					 TransactionIdIsValid(scan->dirty.xmax));
+	e->id = DatumGetInt64(slot_getattr(slot, cols->id, &isnull));
+	d = slot_getattr(slot, cols->tenant_id, &isnull);
+	e->tenant = isnull ? NULL : DatumGetTextPP(d);
+	e->status = OUTBOX_ENTRY_HOLD;
+	if (busy)
+		return true;
+	state = TextDatumGetCString(slot_getattr(slot, cols->state, &isnull));
+	if (strcmp(state, "pending") == 0)
+	{
+		bool		expired = false;
+		bool		due = true;
+
+		if (cols->expires_at != InvalidAttrNumber)
+		{
+			d = slot_getattr(slot, cols->expires_at, &isnull);
+			expired = !isnull && DatumGetTimestampTz(d) <= scan->now;
+		}
+		if (scan->has_ttl)
+		{
+			d = slot_getattr(slot, cols->created_at, &isnull);
+			expired |= !isnull && DatumGetTimestampTz(d) <= scan->ttl_cutoff;
+		}
+		if (cols->not_before != InvalidAttrNumber)
+		{
+			d = slot_getattr(slot, cols->not_before, &isnull);
+			due = isnull || DatumGetTimestampTz(d) <= scan->now;
+		}
+		if (expired)
+			e->status = OUTBOX_ENTRY_SKIP;	/* never handed out, dead-lettered */
+		else if (due && e->id <= scan->window)
+			e->status = OUTBOX_ENTRY_TAKE;
+	}
+	pfree(state);
+	return true;
 }
 
 /*

@@ -25,8 +25,10 @@
 typedef struct OutboxHeads
 {
 	int			n;				/* rows */
-	int64	   *ids;			/* in run order, runs one after another */
+	int64	   *ids;			/* each run's rows in id order */
 	int		   *group;			/* the run each row belongs to */
+	text	  **recipient;		/* each row's */
+	text	  **tenant;			/* each row's, NULL for the NULL tenant */
 } OutboxHeads;
 
 extern void outbox_order_heads(Relation rel, const OutboxColumns *cols,
@@ -34,6 +36,10 @@ extern void outbox_order_heads(Relation rel, const OutboxColumns *cols,
 							   TimestampTz now, bool has_ttl,
 							   TimestampTz ttl_cutoff, int max_rows,
 							   OutboxHeads *heads);
+extern bool outbox_order_overtakes(Relation rel, const OutboxColumns *cols,
+								   text *recipient, text *tenant, int64 head,
+								   TimestampTz now, bool has_ttl,
+								   TimestampTz ttl_cutoff);
 extern void outbox_order_wake_next(Relation rel, const OutboxColumns *cols,
 								   HeapTuple tuple, const char *channel);
 extern bool outbox_order_sequence(Oid relid, Oid *seqrelid);

@@ -26,7 +26,6 @@
 #include "utils/timestamp.h"
 
 #include "delivery_outbox.h"
-#include "outbox_markers.h"
 #include "outbox_order.h"
 #include "outbox_plans.h"
 #include "outbox_shmem.h"
@@ -34,6 +33,7 @@
 #include "outbox_trigger.h"
 #include "outbox_xact.h"
 
+static void outbox_end_run(OutboxHeads *heads, int i);
 static uint64 outbox_cutoff_rows(OutboxTable *table, OutboxPlanId id,
 								 int expected, TimestampTz cutoff,
 								 int64 max_rows);
@@ -378,6 +378,23 @@ outbox_sync_backlog(OutboxDatabase *db)
 }
 
 /*
+ * outbox_end_run
+ *
+ * An ordered claim keeps nothing of the i'th row's run from that row on
+ * (the rows of one run are not contiguous when tenants share a recipient).
+ */
+static void
+outbox_end_run(OutboxHeads *heads, int i)
+{
+	int			group = heads->group[i];
+	int			k;
+
+	for (k = i; k < heads->n; k++)
+		if (heads->group[k] == group)
+			heads->group[k] = -2;
+}
+
+/*
  * outbox_claim_ordered
  *
  * The claim of an ordered outbox (docs/ordered-delivery.md): up to
@@ -396,6 +413,7 @@ outbox_claim_ordered(OutboxTable *table, int64 max_rows, text *recipient,
 {
 	const OutboxPolicy *policy = outbox_table_policy(table);
 	Relation	rel;
+	const OutboxColumns *cols;
 	OutboxHeads heads;
 	TimestampTz ttl_cutoff = 0;
 	char		ttl_null;
@@ -409,17 +427,26 @@ outbox_claim_ordered(OutboxTable *table, int64 max_rows, text *recipient,
 	if (policy->has_ttl)
 		ttl_cutoff = DatumGetTimestampTz(outbox_ttl_cutoff(table, now, &ttl_null));
 	rel = table_open(outbox_table_relid(table), RowExclusiveLock);
-	outbox_order_heads(rel, outbox_columns(rel, "outbox_claim"), recipient,
+	cols = outbox_columns(rel, "outbox_claim");
+	outbox_order_heads(rel, cols, recipient,
 					   tenant != NULL, tenant, now, policy->has_ttl, ttl_cutoff,
 					   probe ? 1 : (int) Min(max_rows, (int64) (MaxAllocSize / sizeof(int64))),
 					   &heads);
-	table_close(rel, NoLock);
 	if (probe)
+	{
+		table_close(rel, NoLock);
 		return heads.n;
+	}
 
 	keep = palloc(sizeof(Datum) * Max(heads.n, 1));
 	if (heads.n > 0)
 	{
+		int			ngroups = 0;
+		bool	   *checked;
+
+		for (i = 0; i < heads.n; i++)
+			ngroups = Max(ngroups, heads.group[i] + 1);
+		checked = palloc0(sizeof(bool) * ngroups);
 		for (i = 0; i < heads.n; i++)
 			keep[i] = Int64GetDatum(heads.ids[i]);
 		ids = PointerGetDatum(construct_array(keep, heads.n, INT8OID,
@@ -465,17 +492,29 @@ outbox_claim_ordered(OutboxTable *table, int64 max_rows, text *recipient,
 			}
 			if (!got)
 			{
-				/* runs are not contiguous when tenants share a recipient */
-				int			k;
-
-				for (k = i + 1; k < heads.n; k++)
-					if (heads.group[k] == group)
-						heads.group[k] = -2;
+				outbox_end_run(&heads, i);
 				continue;
+			}
+
+			/*
+			 * A run's head, locked: nothing of its group below it may have
+			 * slipped past the scans while it changed (outbox_order.c).
+			 */
+			if (!checked[group])
+			{
+				checked[group] = true;
+				if (outbox_order_overtakes(rel, cols, heads.recipient[i],
+										   heads.tenant[i], heads.ids[i], now,
+										   policy->has_ttl, ttl_cutoff))
+				{
+					outbox_end_run(&heads, i);
+					continue;
+				}
 			}
 			keep[nkeep++] = Int64GetDatum(heads.ids[i]);
 		}
 	}
+	table_close(rel, NoLock);
 	ids = PointerGetDatum(construct_array(keep, nkeep, INT8OID, sizeof(int64),
 										  FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 	outbox_execute(table, OUTBOX_PLAN_ORDERED_CLAIM, &ids, NULL, SPI_OK_SELECT);
