@@ -41,6 +41,16 @@
 # claim handed out a row before its not_before or after its expiry; and
 # every ending (acked, max_attempts, expired, rejected) and path (redrive,
 # dedup) happened.
+#
+# Then ordered delivery: a created outbox with ordered = true, the worker
+# preloaded, producers that hold an insert open a while (pg_sleep), insert
+# several rows in one statement, roll back or let a row expire, relays
+# that claim, ack, release and reject, sweepers reclaiming.  Every claim
+# and every change is logged with a shared clock (a sequence).  After a
+# drain, besides the checks above: per (recipient, tenant) group the first
+# deliveries are in id order, and no row was delivered while a lower row
+# of its group was not yet acked (or dead-lettered), except rows of the
+# same run and rows already expired.
 
 use strict;
 use warnings;
@@ -648,5 +658,379 @@ note 'policy: enqueued: ' . $pnode->safe_psql('postgres', 'SELECT count(*) FROM 
   . ', claims: ' . $pnode->safe_psql('postgres', 'SELECT count(*) FROM stress_claims');
 
 $pnode->stop;
+
+###########################################################################
+# Ordered delivery (issue: ordered outboxes): a created outbox with
+# ordered = true, the worker preloaded (sweeping every 200 ms, reclaiming
+# after 1 s, dead-lettering expired rows).  Producers for four recipients
+# and three tenants (twelve groups) commit, roll back, hold their
+# transaction open a little (pg_sleep) after an insert, insert three rows
+# in one statement, or give their row a short expiry; relays claim and ack
+# (in one transaction, in autocommit, slowly, for a recipient or a
+# group), release (with and without a retry_after) and reject; sweepers
+# reclaim and resync.  Every claim is logged in the relay's transaction
+# (with the transaction's id and a clock: a sequence shared with the
+# transition log), every state change and every row leaving the outbox
+# by AFTER UPDATE and AFTER DELETE triggers, with that clock.  The clock
+# orders the changes: a claim that saw an ack (or a dead-lettering)
+# committed drew its number after the ack did.
+#
+# After a drain, besides the checks of the runs above (deliveries are the
+# claims' moves to delivered: a late ack of a row put back to pending
+# passes through delivered too, and is not one):
+#  - per (recipient, tenant) group, the first deliveries are in id order
+#    (rows first delivered by the same claim, one run, count as one step);
+#  - no row was moved to delivered while a lower-id row of its group was
+#    not yet done, where done means acked or gone from the outbox (a dead
+#    letter) before, and rows whose enqueue rolled back are not rows; a
+#    lower row delivered by the same claim (the same run) and a lower row
+#    already past its expiry (a claim skips it) are not in the way.
+###########################################################################
+
+my $onode = outbox_node(
+	'ordered',
+	preload => 1,
+	conf => qq{
+log_statement = none
+max_connections = 30
+delivery_outbox.database = 'postgres'
+delivery_outbox.sweep_interval = '200ms'
+delivery_outbox.reclaim_after = '1s'
+delivery_outbox.retain_acked = -1
+},
+	extension => ['postgres']);
+my $OO = q{'tenant_o.delivery_outbox'};
+my $oduration = 15;    # seconds of pgbench
+
+$onode->safe_psql(
+	'postgres', qq{
+CREATE SCHEMA tenant_o;
+SELECT outbox_create('tenant_o');
+SELECT outbox_configure($OO, ordered => true);
+CREATE SEQUENCE stress_clock;
+CREATE TABLE stress_enqueued (id bigint PRIMARY KEY, recipient text NOT NULL,
+                              tenant_id text, expires_at timestamptz,
+                              how text NOT NULL);
+CREATE TABLE stress_rolled_back (id bigint PRIMARY KEY);
+CREATE TABLE stress_claims (
+    seq       bigint NOT NULL DEFAULT nextval('stress_clock'),
+    id        bigint NOT NULL,
+    attempts  integer NOT NULL,
+    xid       xid8 NOT NULL,
+    n         integer NOT NULL);   -- rows the claim returned
+CREATE TABLE stress_transitions (
+    seq          bigint PRIMARY KEY DEFAULT nextval('stress_clock'),
+    id           bigint NOT NULL,
+    old_state    text NOT NULL,
+    new_state    text NOT NULL,    -- 'gone': deleted (dead-lettered)
+    old_attempts integer NOT NULL,
+    new_attempts integer NOT NULL,
+    xid          xid8 NOT NULL DEFAULT pg_current_xact_id(),
+    at           timestamptz NOT NULL DEFAULT clock_timestamp());
+CREATE FUNCTION stress_audit() RETURNS trigger LANGUAGE plpgsql
+SET search_path = public AS \$\$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        INSERT INTO public.stress_transitions
+            (id, old_state, new_state, old_attempts, new_attempts)
+        VALUES (OLD.id, OLD.delivery_state, 'gone', OLD.delivery_attempts,
+                OLD.delivery_attempts);
+    ELSE
+        INSERT INTO public.stress_transitions
+            (id, old_state, new_state, old_attempts, new_attempts)
+        VALUES (NEW.id, OLD.delivery_state, NEW.delivery_state,
+                OLD.delivery_attempts, NEW.delivery_attempts);
+    END IF;
+    RETURN NULL;
+END \$\$;
+CREATE TRIGGER stress_audit AFTER UPDATE OR DELETE ON tenant_o.delivery_outbox
+    FOR EACH ROW EXECUTE FUNCTION stress_audit();
+INSERT INTO stress_enqueued
+SELECT id, 'agent:' || (g % 4 + 1), CASE WHEN g % 3 = 0 THEN NULL ELSE 'tenant-' || g % 3 END,
+       NULL, 'seed'
+  FROM generate_series(1, 60) g,
+       LATERAL outbox_enqueue('agent:' || (g % 4 + 1), 'work', '\\x00'::bytea,
+                              CASE WHEN g % 3 = 0 THEN NULL ELSE 'tenant-' || g % 3 END,
+                              outbox => $OO) id;
+});
+
+# The claim every relay script (and the drain) uses: claim, log what was
+# claimed in the same transaction, hand the ids to pgbench.
+sub oclaim_sql
+{
+	my ($args) = @_;
+	return qq{WITH c AS (SELECT id, delivery_attempts FROM outbox_claim($args, outbox => $OO)),
+     l AS (INSERT INTO stress_claims (id, attempts, xid, n)
+           SELECT id, delivery_attempts, pg_current_xact_id(), count(*) OVER () FROM c)
+SELECT coalesce(array_agg(id), '{}')::text AS ids FROM c};
+}
+
+# the group of a producer: recipient :r, tenant :t (0: none)
+my $ogroup = q{'agent:' || :r, 'work', '\x0102'::bytea,
+                      CASE WHEN :t = 0 THEN NULL ELSE 'tenant-' || :t END};
+my $orec = q{INSERT INTO stress_enqueued
+SELECT id, recipient, tenant_id, expires_at, '%s' FROM tenant_o.delivery_outbox WHERE id IN (%s);};
+my $oset = "\\set r random(1, 4)\n\\set t random(0, 2)\n";
+
+my %oscripts = (
+	'006o_producer@6' => $oset . qq{BEGIN;
+SELECT outbox_enqueue($ogroup, outbox => $OO) AS id \\gset
+} . sprintf($orec, 'plain', ':id') . qq{
+COMMIT;
+},
+	# an insert whose transaction stays open a little, then another row of
+	# the same group
+	'006o_producer_slow@3' => $oset . qq{\\set d random(5, 80)
+BEGIN;
+SELECT outbox_enqueue($ogroup, outbox => $OO) AS a \\gset
+SELECT pg_sleep(:d / 1000.0);
+SELECT outbox_enqueue($ogroup, outbox => $OO) AS b \\gset
+} . sprintf($orec, 'slow', ':a, :b') . qq{
+COMMIT;
+},
+	# three rows of one INSERT statement, the transaction open after it
+	'006o_producer_insert@1' => $oset . qq{\\set d random(0, 40)
+BEGIN;
+WITH i AS (INSERT INTO tenant_o.delivery_outbox (recipient, kind, payload, tenant_id)
+           SELECT 'agent:' || :r, 'work', '\\x09'::bytea,
+                  CASE WHEN :t = 0 THEN NULL ELSE 'tenant-' || :t END
+             FROM generate_series(1, 3)
+           RETURNING id, recipient, tenant_id, expires_at)
+INSERT INTO stress_enqueued SELECT *, 'insert' FROM i;
+SELECT pg_sleep(:d / 1000.0);
+COMMIT;
+},
+	# a row that expires soon (a claim skips it, the worker dead-letters it)
+	'006o_producer_expiring@1' => $oset . qq{\\set d random(20, 400)
+BEGIN;
+SELECT outbox_enqueue($ogroup, expires_at => clock_timestamp() + :d * interval '1 ms',
+                      outbox => $OO) AS id \\gset
+} . sprintf($orec, 'expiring', ':id') . qq{
+COMMIT;
+},
+	# an insert that stays open, then rolls back
+	'006o_producer_rollback@2' => $oset . qq{\\set d random(0, 60)
+BEGIN;
+SELECT outbox_enqueue($ogroup, outbox => $OO) AS id \\gset
+SELECT pg_sleep(:d / 1000.0);
+ROLLBACK;
+INSERT INTO stress_rolled_back VALUES (:id);
+},
+	'006o_relay_tx@4' => "\\set n random(1, 8)\nBEGIN;\n"
+	  . oclaim_sql(':n') . " \\gset"
+	  . "\nSELECT outbox_ack(':ids'::bigint[], outbox => $OO);\nCOMMIT;\n",
+	'006o_relay_autocommit@3' => "\\set n random(1, 8)\n"
+	  . oclaim_sql(':n') . " \\gset"
+	  . "\nSELECT outbox_ack(':ids'::bigint[], outbox => $OO);\n",
+	# a slow relay: the claimed run stays delivered a while
+	'006o_relay_slow@1' => "\\set n random(1, 8)\n\\set d random(0, 100)\n"
+	  . oclaim_sql(':n') . " \\gset"
+	  . "\nSELECT pg_sleep(:d / 1000.0);\nSELECT outbox_ack(':ids'::bigint[], outbox => $OO);\n",
+	'006o_relay_recipient@2' => "\\set r random(1, 4)\n"
+	  . oclaim_sql(q{5, 'agent:' || :r}) . " \\gset"
+	  . "\nSELECT outbox_ack(':ids'::bigint[], 'agent:' || :r, $OO);\n",
+	'006o_relay_group@1' => "\\set r random(1, 4)\n\\set t random(1, 2)\n"
+	  . oclaim_sql(q{5, 'agent:' || :r, 'tenant-' || :t}) . " \\gset"
+	  . "\nSELECT outbox_ack(':ids'::bigint[], outbox => $OO);\n",
+	'006o_relay_release@2' => "\\set n random(1, 4)\nBEGIN;\n"
+	  . oclaim_sql(':n') . " \\gset"
+	  . "\nSELECT outbox_release(':ids'::bigint[], error => 'push failed', outbox => $OO);\nCOMMIT;\n",
+	'006o_relay_retry_after@1' => "\\set n random(1, 4)\n\\set d random(0, 200)\n"
+	  . oclaim_sql(':n') . " \\gset"
+	  . "\nSELECT outbox_release(':ids'::bigint[], :d * interval '1 ms', 'busy', $OO);\n",
+	'006o_relay_reject@1' => "\\set n random(1, 2)\n"
+	  . oclaim_sql(':n') . " \\gset"
+	  . "\nSELECT outbox_reject(':ids'::bigint[], 'malformed', $OO);\n",
+	'006o_sweeper@1' => qq{
+\\set m random(1, 20)
+SELECT outbox_reclaim('0 seconds', outbox => $OO);
+SELECT outbox_reclaim('0 seconds', :m, $OO);
+},
+	'006o_resync@1' => $oset . qq{
+SELECT outbox_reclaim_recipient('agent:' || :r,
+                                CASE WHEN :t = 0 THEN NULL ELSE 'tenant-' || :t END, $OO);
+},
+	'006o_reader@1' => qq{
+\\set r random(1, 4)
+SELECT outbox_horizon($OO);
+SELECT count(*) FROM outbox_replay('agent:' || :r, 0, 50, outbox => $OO);
+SELECT * FROM outbox_stats($OO);
+});
+
+$onode->pgbench(
+	"--no-vacuum --client=10 --jobs=2 --time=$oduration --max-tries=1 --protocol=simple",
+	0,
+	[
+		qr{number of transactions actually processed: [1-9]\d*},
+		qr{number of failed transactions: 0 \(0\.000%\)}
+	],
+	[qr{^((?!ERROR|aborted|deadlock).)*$}s],
+	'ordered: pgbench stress run: every client finished, zero failed transactions',
+	\%oscripts);
+
+# Drain, as a relay would (logging its claims), until nothing is pending
+# or delivered: expired rows are the worker's to dead-letter, released
+# rows wait for their retry_after.
+my $odrained = 0;
+my $odrain_deadline = time + 60;
+while (time < $odrain_deadline)
+{
+	$onode->safe_psql('postgres', "SELECT outbox_reclaim('0 seconds', outbox => $OO)");
+	my $ids = $onode->safe_psql('postgres', oclaim_sql(1000000));
+	$onode->safe_psql('postgres', "SELECT outbox_ack('$ids'::bigint[], outbox => $OO)");
+	if ($onode->safe_psql('postgres', "SELECT pending + delivered FROM outbox_stats($OO)") eq '0')
+	{
+		$odrained = 1;
+		last;
+	}
+	usleep(100_000);
+}
+ok($odrained, 'ordered: drained: nothing pending or delivered');
+
+# The run did what it is meant to try.
+my $okinds = $onode->safe_psql(
+	'postgres', q{
+SELECT (SELECT count(*) FROM stress_enqueued WHERE how = 'slow') || '|'
+    || (SELECT count(*) FROM stress_enqueued WHERE how = 'insert') || '|'
+    || (SELECT count(*) FROM stress_rolled_back) || '|'
+    || (SELECT count(DISTINCT xid) FROM (SELECT c.xid FROM stress_claims c JOIN stress_enqueued e USING (id)
+                                          GROUP BY c.xid, e.recipient, e.tenant_id
+                                         HAVING count(*) > 1) r) || '|'
+    || (SELECT count(*) FROM stress_transitions WHERE old_state = 'delivered' AND new_state = 'pending') || '|'
+    || (SELECT count(*) FROM tenant_o.delivery_outbox_dead WHERE dead_reason = 'rejected') || '|'
+    || (SELECT count(*) FROM tenant_o.delivery_outbox_dead WHERE dead_reason = 'expired') || '|'
+    || (SELECT count(*) FROM stress_transitions WHERE new_state = 'acked')});
+note "ordered: slow|insert|rolled back|claims with a run of 2+ rows of a group|back to pending|rejected|expired|acked: $okinds";
+like($okinds, qr/^[1-9]\d*\|[1-9]\d*\|[1-9]\d*\|[1-9]\d*\|[1-9]\d*\|[1-9]\d*\|[1-9]\d*\|[1-9]\d*$/,
+	'ordered: the run had slow, multi-row and rolled-back inserts, runs of several rows, releases or reclaims, rejects, expiries and acks');
+
+# Every committed row ends acked or dead-lettered, nothing else is there.
+is( $onode->safe_psql(
+		'postgres', q{
+SELECT count(*) FILTER (WHERE o.id IS NOT NULL AND d.id IS NOT NULL) || '|'
+    || count(*) FILTER (WHERE o.id IS NULL AND d.id IS NULL) || '|'
+    || count(*) FILTER (WHERE o.id IS NOT NULL AND o.delivery_state <> 'acked') || '|'
+    || count(*) FILTER (WHERE d.id IS NOT NULL AND d.dead_reason NOT IN ('rejected', 'expired'))
+  FROM stress_enqueued e
+  LEFT JOIN tenant_o.delivery_outbox o USING (id)
+  LEFT JOIN tenant_o.delivery_outbox_dead d USING (id)}),
+	'0|0|0|0',
+	'ordered: every committed row is acked or dead-lettered (rejected, expired): never both, never neither, none open');
+is( $onode->safe_psql(
+		'postgres', q{
+SELECT count(*) FROM (SELECT id FROM tenant_o.delivery_outbox
+                      UNION ALL SELECT id FROM tenant_o.delivery_outbox_dead
+                      EXCEPT ALL SELECT id FROM stress_enqueued) x}),
+	'0', 'ordered: no other row, and no id twice');
+is( $onode->safe_psql(
+		'postgres', q{
+SELECT count(*) FROM stress_rolled_back r
+ WHERE EXISTS (SELECT FROM tenant_o.delivery_outbox o WHERE o.id = r.id)
+    OR EXISTS (SELECT FROM tenant_o.delivery_outbox_dead d WHERE d.id = r.id)}),
+	'0', 'ordered: no row from a rolled-back enqueue');
+
+# Legal chains, each change from where the last one left the row.
+is( $onode->safe_psql(
+		'postgres', q{
+WITH t AS (
+    SELECT *, lag(new_state) OVER w AS prev_state,
+              lag(new_attempts) OVER w AS prev_attempts
+    FROM stress_transitions WINDOW w AS (PARTITION BY id ORDER BY seq))
+SELECT count(*) FROM t
+WHERE (old_state, new_state) NOT IN (('pending', 'delivered'),
+                                     ('delivered', 'acked'),
+                                     ('delivered', 'pending'),
+                                     ('pending', 'pending'),
+                                     ('delivered', 'delivered'),
+                                     ('delivered', 'gone'),
+                                     ('pending', 'gone'))
+   OR old_state IS DISTINCT FROM coalesce(prev_state, 'pending')
+   OR old_attempts IS DISTINCT FROM coalesce(prev_attempts, 0)
+   OR prev_state = 'gone'
+   OR new_attempts <> old_attempts
+        + CASE WHEN old_state = 'pending' AND new_state = 'delivered'
+               THEN 1 ELSE 0 END}),
+	'0',
+	'ordered: each row changed by legal transitions only, each from where the last one left it');
+
+# The claims' log and the transition log agree: each row a claim returned
+# is a move to delivered of that attempt in that transaction; every other
+# move to delivered is a late ack's (of a row a reclaim or a release had
+# put back: it passes through delivered to acked, in one transaction).
+# Only the claimed ones are deliveries below.
+$onode->safe_psql(
+	'postgres', q{
+CREATE INDEX ON stress_claims (id);
+CREATE TABLE stress_deliveries AS
+SELECT t.seq, t.id, t.xid, t.at, e.recipient, coalesce(e.tenant_id, '') AS tenant
+  FROM stress_transitions t JOIN stress_enqueued e USING (id)
+ WHERE t.old_state = 'pending' AND t.new_state = 'delivered'
+   AND EXISTS (SELECT FROM stress_claims c
+                WHERE c.id = t.id AND c.attempts = t.new_attempts AND c.xid = t.xid);
+CREATE INDEX ON stress_deliveries (id, xid);
+ANALYZE stress_deliveries;
+});
+is( $onode->safe_psql(
+		'postgres', q{
+SELECT (SELECT count(*) FROM (SELECT id, attempts, xid FROM stress_claims
+                              EXCEPT ALL
+                              SELECT id, new_attempts, xid FROM stress_transitions
+                               WHERE old_state = 'pending' AND new_state = 'delivered') a)
+    || '|' ||
+       (SELECT count(*) FROM (
+            SELECT t.*, lead(new_state) OVER w AS next_state, lead(xid) OVER w AS next_xid
+              FROM stress_transitions t WINDOW w AS (PARTITION BY id ORDER BY seq)) t
+         WHERE old_state = 'pending' AND new_state = 'delivered'
+           AND NOT EXISTS (SELECT FROM stress_deliveries d WHERE d.id = t.id AND d.seq = t.seq)
+           AND NOT (next_state = 'acked' AND next_xid = xid))}),
+	'0|0', 'ordered: every claim logged is a move to delivered in its transaction; every other move to delivered is a late ack passing through');
+is( $onode->safe_psql(
+		'postgres', q{
+SELECT count(*) FROM (SELECT id, attempts FROM stress_claims
+                      GROUP BY id, attempts HAVING count(*) > 1) d}),
+	'0', 'ordered: no two claims returned the same row for the same attempt');
+
+# Per group, the first deliveries (by a claim) are in id order: no row was
+# first delivered after a higher row of its group was, except within one
+# claim.
+my $first_out_of_order = $onode->safe_psql(
+	'postgres', q{
+WITH first AS (
+    SELECT DISTINCT ON (id) id, seq, xid, recipient, tenant
+      FROM stress_deliveries ORDER BY id, seq)
+SELECT count(*) || coalesce(' e.g. ' || min(lo.id || ' after ' || hi.id), '')
+  FROM first lo JOIN first hi
+    ON hi.recipient = lo.recipient AND hi.tenant = lo.tenant
+   AND hi.id > lo.id AND hi.seq < lo.seq AND hi.xid <> lo.xid});
+is($first_out_of_order, '0',
+	'ordered: per (recipient, tenant) group, the first deliveries are in id order');
+
+# No row moved to delivered while a lower row of its group was not yet
+# done (acked, or gone from the outbox), unless that row was delivered by
+# the same claim or was already past its expiry.
+my $overtaken = $onode->safe_psql(
+	'postgres', q{
+WITH done AS (
+    SELECT id, min(seq) AS seq FROM stress_transitions
+     WHERE new_state IN ('acked', 'gone') GROUP BY id),
+rows AS (
+    SELECT e.id, e.recipient, coalesce(e.tenant_id, '') AS tenant, e.expires_at,
+           coalesce(d.seq, 9223372036854775807) AS done_seq
+      FROM stress_enqueued e LEFT JOIN done d USING (id))
+SELECT count(*) || coalesce(' e.g. ' || min(v.id || ' (clock ' || v.seq || ') while ' || r.id || ' was open'), '')
+  FROM stress_deliveries v JOIN rows r
+    ON r.recipient = v.recipient AND r.tenant = v.tenant AND r.id < v.id
+ WHERE r.done_seq > v.seq
+   AND NOT (r.expires_at IS NOT NULL AND r.expires_at <= v.at)
+   AND NOT EXISTS (SELECT FROM stress_deliveries w WHERE w.id = r.id AND w.xid = v.xid)});
+is($overtaken, '0',
+	'ordered: no row was delivered while a lower row of its group was unacked (not dead-lettered, not rolled back, not in the same run)');
+
+note 'ordered: enqueued: ' . $onode->safe_psql('postgres', 'SELECT count(*) FROM stress_enqueued')
+  . ', transitions: ' . $onode->safe_psql('postgres', 'SELECT count(*) FROM stress_transitions')
+  . ', claims: ' . $onode->safe_psql('postgres', 'SELECT count(*) FROM stress_claims')
+  . ', claim statements that got rows: ' . $onode->safe_psql('postgres', 'SELECT count(DISTINCT xid) FROM stress_claims');
+
+$onode->stop;
 
 done_testing();
