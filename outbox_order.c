@@ -131,9 +131,7 @@ typedef struct OutboxScan
 	OutboxInFlight *in_flight;	/* sorted by recipient */
 	int			nin_flight;
 	TupleTableSlot *slot;
-	TupleTableSlot *mvcc_slot;
 	SnapshotData dirty;
-	Snapshot	snapshot;		/* the claim's own, taken first */
 	bool		by_tenant;
 	text	   *tenant;			/* NULL with by_tenant: the NULL tenant */
 	TimestampTz now;
@@ -336,16 +334,11 @@ outbox_order_heads(Relation rel, const OutboxColumns *cols,
 	scan.ttl_cutoff = ttl_cutoff;
 	scan.max_rows = max_rows;
 	scan.heads = heads;
-	/*
-	 * The claim's snapshot, then the windows: a row found in no index by
-	 * the scans below was then announced.
-	 */
-	scan.snapshot = RegisterSnapshot(GetLatestSnapshot());
+	/* the windows first: a row found in no index below was then announced */
 	scan.window = outbox_marker_window(RelationGetRelid(rel));
 	InitDirtySnapshot(scan.dirty);
 	scan.open_index = index_open(info->open_index, AccessShareLock);
 	scan.slot = table_slot_create(rel, NULL);
-	scan.mvcc_slot = table_slot_create(rel, NULL);
 
 	/*
 	 * The groups with a run in flight: looked up per recipient in the
@@ -404,35 +397,36 @@ outbox_order_heads(Relation rel, const OutboxColumns *cols,
 			memcpy(outbox_cursor, cur, VARSIZE_ANY(cur));
 	}
 
-	ExecDropSingleTupleTableSlot(scan.mvcc_slot);
 	ExecDropSingleTupleTableSlot(scan.slot);
-	UnregisterSnapshot(scan.snapshot);
 	if (scan.delivered_index != NULL)
 		index_close(scan.delivered_index, AccessShareLock);
 	index_close(scan.open_index, AccessShareLock);
 }
 
 /*
- * outbox_order_overtakes
+ * outbox_order_locked_run
  *
- * After a claim locked its runs: whether the run of rel's group (recipient,
- * tenant, NULL for the NULL tenant) that starts at head would overtake a
- * row of the group, read with a new snapshot (and the dirty one): a lower
- * open row, or one being changed, that is not an expired pending row.  A
- * row that one of the claim's scans could not see while it changed shows
- * up here: the claim keeps only runs this finds nothing below.
+ * After a claim locked a run of rel's group (recipient, tenant, NULL for
+ * the NULL tenant), its n rows run[] in id order: how many of them, from
+ * the first, may go out, by the group's rows up to the last one read
+ * again with the dirty snapshot.  The run ends before the first open row
+ * of the group that is not in it (or is being changed) and is not an
+ * expired pending row.  A row that the claim's first scan could not see
+ * while it changed (its old version dead by the time it was read, its new
+ * index entry added behind the scan) has its entries in place by now.
  */
-bool
-outbox_order_overtakes(Relation rel, const OutboxColumns *cols,
-					   text *recipient, text *tenant, int64 head,
-					   TimestampTz now, bool has_ttl, TimestampTz ttl_cutoff)
+int
+outbox_order_locked_run(Relation rel, const OutboxColumns *cols,
+						text *recipient, text *tenant, const int64 *run,
+						int n, TimestampTz now, bool has_ttl,
+						TimestampTz ttl_cutoff)
 {
 	OutboxOrderInfo *info = outbox_order_info(rel);
 	OutboxScan	scan;
 	ScanKeyData keys[2];
+	IndexScanDesc iscan;
 	OutboxEntry entry;
-	bool		found = false;
-	int			pass;
+	int			ok = 0;
 
 	memset(&scan, 0, sizeof(scan));
 	scan.rel = rel;
@@ -444,37 +438,30 @@ outbox_order_overtakes(Relation rel, const OutboxColumns *cols,
 	scan.ttl_cutoff = ttl_cutoff;
 	scan.window = PG_INT64_MAX;
 	InitDirtySnapshot(scan.dirty);
-	scan.snapshot = RegisterSnapshot(GetLatestSnapshot());
 	scan.open_index = index_open(info->open_index, AccessShareLock);
 	scan.slot = table_slot_create(rel, NULL);
 	outbox_recipient_key(&keys[0], scan.open_index, BTEqualStrategyNumber,
 						 recipient);
-	ScanKeyInit(&keys[1], 2, BTLessStrategyNumber, F_INT8LT,
-				Int64GetDatum(head));
+	ScanKeyInit(&keys[1], 2, BTLessEqualStrategyNumber, F_INT8LE,
+				Int64GetDatum(run[n - 1]));
 
-	/*
-	 * Either view's rows of the group below the head: none may be open but
-	 * for expired pending ones (a row acked since the new snapshot was
-	 * taken makes this wrongly find one: the run waits for the next claim).
-	 */
-	for (pass = 0; pass < 2 && !found; pass++)
+	iscan = index_beginscan(rel, scan.open_index, &scan.dirty, 2, 0);
+	index_rescan(iscan, keys, 2, NULL, 0);
+	while (ok < n && outbox_next_entry(&scan, iscan, scan.slot, true, &entry))
 	{
-		IndexScanDesc iscan = index_beginscan(rel, scan.open_index,
-											  pass == 1 ? &scan.dirty : scan.snapshot,
-											  2, 0);
-
-		index_rescan(iscan, keys, 2, NULL, 0);
-		while (!found &&
-			   outbox_next_entry(&scan, iscan, scan.slot, pass == 1, &entry))
-			found = outbox_scan_tenant(&scan, entry.tenant) &&
-				entry.status != OUTBOX_ENTRY_SKIP;
-		index_endscan(iscan);
+		if (!outbox_scan_tenant(&scan, entry.tenant) ||
+			entry.status == OUTBOX_ENTRY_SKIP)
+			continue;
+		/* the claim's own locked row (a lock is no change), or the end */
+		if (entry.id != run[ok] || entry.status != OUTBOX_ENTRY_TAKE)
+			break;
+		ok++;
 	}
+	index_endscan(iscan);
 
 	ExecDropSingleTupleTableSlot(scan.slot);
 	index_close(scan.open_index, AccessShareLock);
-	UnregisterSnapshot(scan.snapshot);
-	return found;
+	return ok;
 }
 
 /*
@@ -657,12 +644,8 @@ outbox_scan_recipient(OutboxScan *scan, text *recipient)
 	OutboxHeads *heads = scan->heads;
 	List	   *groups = NIL;
 	IndexScanDesc iscan;
-	IndexScanDesc mvcc;
 	ScanKeyData key;
-	OutboxEntry dirty_entry;
-	OutboxEntry mvcc_entry;
-	bool		have_dirty;
-	bool		have_mvcc;
+	OutboxEntry entry;
 	int			lookahead = 0;
 	bool		isnull;
 
@@ -707,77 +690,49 @@ outbox_scan_recipient(OutboxScan *scan, text *recipient)
 	}
 
 	/*
-	 * The recipient's open rows in id order, twice: as they are now (the
-	 * dirty snapshot, which shows running changes), and as the claim's
-	 * snapshot saw them.  A row whose update commits while the dirty scan
-	 * goes past it can be missing from that scan (its old version dead by
-	 * the time it is read, its new index entry added behind the scan); the
-	 * snapshot still sees the old version, and a row seen only there holds
-	 * its group.
+	 * The recipient's open rows in id order, as they are now (the dirty
+	 * snapshot, which shows running changes).  A row whose update commits
+	 * while the scan goes past it can be missing from it (its old version
+	 * dead by the time it is read, its new index entry added behind the
+	 * scan): the caller reads the rows below each run's head again once it
+	 * has locked the run (outbox_order_overtakes), when every such entry
+	 * is in place.
 	 */
 	outbox_recipient_key(&key, scan->open_index, BTEqualStrategyNumber,
 						 recipient);
 	iscan = index_beginscan(scan->rel, scan->open_index, &scan->dirty, 1, 0);
 	index_rescan(iscan, &key, 1, NULL, 0);
-	mvcc = index_beginscan(scan->rel, scan->open_index, scan->snapshot, 1, 0);
-	index_rescan(mvcc, &key, 1, NULL, 0);
-	have_dirty = outbox_next_entry(scan, iscan, scan->slot, true, &dirty_entry);
-	have_mvcc = outbox_next_entry(scan, mvcc, scan->mvcc_slot, false, &mvcc_entry);
-	while (heads->n < scan->max_rows && (have_dirty || have_mvcc))
+	while (heads->n < scan->max_rows &&
+		   outbox_next_entry(scan, iscan, scan->slot, true, &entry))
 	{
-		OutboxEntry *e;
 		OutboxGroup *group;
 		ListCell   *lc;
 		bool		all_held = true;
 
 		CHECK_FOR_INTERRUPTS();
-		if (have_dirty && (!have_mvcc || dirty_entry.id <= mvcc_entry.id))
-			e = &dirty_entry;
-		else
+		if (!outbox_scan_tenant(scan, entry.tenant))
+			continue;
+		group = outbox_group(&groups, entry.tenant == NULL, entry.tenant,
+							 &scan->nruns);
+		if (!group->held && entry.status == OUTBOX_ENTRY_TAKE)
 		{
-			e = &mvcc_entry;	/* seen by the snapshot only: holds */
-			e->status = OUTBOX_ENTRY_HOLD;
+			heads->ids[heads->n] = entry.id;
+			heads->group[heads->n] = group->run;
+			heads->recipient[heads->n] = recipient;
+			heads->tenant[heads->n] = group->tenant;
+			heads->n++;
+			lookahead = 0;
+			continue;
 		}
-
-		if (outbox_scan_tenant(scan, e->tenant))
-		{
-			group = outbox_group(&groups, e->tenant == NULL, e->tenant,
-								 &scan->nruns);
-			if (!group->held && e->status == OUTBOX_ENTRY_TAKE)
-			{
-				heads->ids[heads->n] = e->id;
-				heads->group[heads->n] = group->run;
-				heads->recipient[heads->n] = recipient;
-				heads->tenant[heads->n] = group->tenant;
-				heads->n++;
-				lookahead = 0;
-			}
-			else if (e->status != OUTBOX_ENTRY_SKIP)
-				group->held = true;
-		}
-
-		/* the next entry of either scan, both when they were the same row */
-		if (e == &dirty_entry)
-		{
-			if (have_mvcc && mvcc_entry.id == dirty_entry.id)
-				have_mvcc = outbox_next_entry(scan, mvcc, scan->mvcc_slot, false,
-											  &mvcc_entry);
-			have_dirty = outbox_next_entry(scan, iscan, scan->slot, true,
-										   &dirty_entry);
-		}
-		else
-			have_mvcc = outbox_next_entry(scan, mvcc, scan->mvcc_slot, false,
-										  &mvcc_entry);
+		if (entry.status != OUTBOX_ENTRY_SKIP)
+			group->held = true;
 
 		/* stop reading the recipient once every group seen is held */
-		if (groups == NIL)
-			continue;
 		foreach(lc, groups)
 			all_held &= ((OutboxGroup *) lfirst(lc))->held;
 		if (all_held && (scan->by_tenant || ++lookahead > OUTBOX_ORDER_LOOKAHEAD))
 			break;
 	}
-	index_endscan(mvcc);
 	index_endscan(iscan);
 	list_free(groups);
 }
@@ -786,7 +741,7 @@ outbox_scan_recipient(OutboxScan *scan, text *recipient)
  * outbox_next_entry
  *
  * The next row of an index scan of open rows (with the dirty snapshot when
- * dirty, else the claim's own), as an OutboxEntry: what the claim may do
+ * dirty, which tells running changes), as an OutboxEntry: what the claim may do
  * with it, by the version read: taken when pending, due, not being changed
  * (as the dirty snapshot shows) and below every open window, skipped when
  * pending and expired, else it holds its group.  False at the end of the
@@ -871,17 +826,24 @@ outbox_next_recipient(OutboxScan *scan, text *after)
 	ScanKeyData key;
 	text	   *next = NULL;
 
+	/*
+	 * The recipient is the entry's key: read from the index alone, without
+	 * the table (the entry may be a dead row's, whose recipient's scan then
+	 * finds nothing; an open transaction anywhere keeps many such entries).
+	 */
 	iscan = index_beginscan(scan->rel, scan->open_index, &scan->dirty,
 							after != NULL ? 1 : 0, 0);
+	iscan->xs_want_itup = true;
 	if (after != NULL)
 		outbox_recipient_key(&key, scan->open_index, BTGreaterStrategyNumber,
 							 after);
 	index_rescan(iscan, after != NULL ? &key : NULL, after != NULL ? 1 : 0,
 				 NULL, 0);
-	if (index_getnext_slot(iscan, ForwardScanDirection, scan->slot))
+	if (index_getnext_tid(iscan, ForwardScanDirection) != NULL)
 	{
 		bool		isnull;
-		Datum		d = slot_getattr(scan->slot, scan->cols->recipient, &isnull);
+		Datum		d = index_getattr(iscan->xs_itup, 1, iscan->xs_itupdesc,
+									  &isnull);
 
 		if (!isnull)
 			next = DatumGetTextPCopy(d);

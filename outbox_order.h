@@ -36,10 +36,10 @@ extern void outbox_order_heads(Relation rel, const OutboxColumns *cols,
 							   TimestampTz now, bool has_ttl,
 							   TimestampTz ttl_cutoff, int max_rows,
 							   OutboxHeads *heads);
-extern bool outbox_order_overtakes(Relation rel, const OutboxColumns *cols,
-								   text *recipient, text *tenant, int64 head,
-								   TimestampTz now, bool has_ttl,
-								   TimestampTz ttl_cutoff);
+extern int	outbox_order_locked_run(Relation rel, const OutboxColumns *cols,
+									text *recipient, text *tenant,
+									const int64 *run, int n, TimestampTz now,
+									bool has_ttl, TimestampTz ttl_cutoff);
 extern void outbox_order_wake_next(Relation rel, const OutboxColumns *cols,
 								   HeapTuple tuple, const char *channel);
 extern bool outbox_order_sequence(Oid relid, Oid *seqrelid);

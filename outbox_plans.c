@@ -420,6 +420,7 @@ outbox_claim_ordered(OutboxTable *table, int64 max_rows, text *recipient,
 	Datum		ids;
 	Datum	   *keep;
 	int64	   *locked;
+	int64	   *run;
 	int			nlocked = 0;
 	int			nkeep = 0;
 	int			i;
@@ -475,9 +476,8 @@ outbox_claim_ordered(OutboxTable *table, int64 max_rows, text *recipient,
 			int			lo;
 			int			hi;
 			bool		got = false;
-			int			group = heads.group[i];
 
-			if (group < 0)
+			if (heads.group[i] < 0)
 				continue;		/* its run ended before this row */
 			for (lo = 0, hi = nlocked; lo < hi && !got;)
 			{
@@ -491,27 +491,40 @@ outbox_claim_ordered(OutboxTable *table, int64 max_rows, text *recipient,
 					hi = mid;
 			}
 			if (!got)
-			{
 				outbox_end_run(&heads, i);
-				continue;
-			}
+		}
 
-			/*
-			 * A run's head, locked: nothing of its group below it may have
-			 * slipped past the scans while it changed (outbox_order.c).
-			 */
-			if (!checked[group])
+		/*
+		 * Each run as locked, read again: nothing of its group between its
+		 * rows, or below its head, may have slipped past the first scan
+		 * while it changed (outbox_order.c).
+		 */
+		run = palloc(sizeof(int64) * heads.n);
+		for (i = 0; i < heads.n; i++)
+		{
+			int			group = heads.group[i];
+			int			nrun = 0;
+			int			ok;
+			int			k;
+
+			if (group < 0 || checked[group])
+				continue;
+			checked[group] = true;
+			for (k = i; k < heads.n; k++)
+				if (heads.group[k] == group)
+					run[nrun++] = heads.ids[k];
+			ok = outbox_order_locked_run(rel, cols, heads.recipient[i],
+										 heads.tenant[i], run, nrun, now,
+										 policy->has_ttl, ttl_cutoff);
+			for (k = i; k < heads.n; k++)
 			{
-				checked[group] = true;
-				if (outbox_order_overtakes(rel, cols, heads.recipient[i],
-										   heads.tenant[i], heads.ids[i], now,
-										   policy->has_ttl, ttl_cutoff))
-				{
-					outbox_end_run(&heads, i);
+				if (heads.group[k] != group)
 					continue;
-				}
+				if (ok-- > 0)
+					keep[nkeep++] = Int64GetDatum(heads.ids[k]);
+				else
+					heads.group[k] = -2;
 			}
-			keep[nkeep++] = Int64GetDatum(heads.ids[i]);
 		}
 	}
 	table_close(rel, NoLock);
