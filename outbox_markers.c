@@ -338,27 +338,31 @@ outbox_marker_open(Oid relid, int64 bound, bool window)
  * and an open window moves up to it, every earlier row of the statement
  * being in the indexes by now.  A row without a statement marker (logical
  * replication's apply fires no statement trigger) marks itself from here.
+ * True when the row's id is below what the transaction's statements drew
+ * from the sequence (a row that brings its own id, or is not known to).
  */
-void
+bool
 outbox_marker_row(Oid relid, int64 id)
 {
 	OutboxMarkerEntry *entry;
 	int			e;
 	bool		changed = false;
+	bool		below = false;
 
 	if (!outbox_can_mark())
-		return;
+		return true;
 	entry = outbox_marking ? outbox_my_entry(relid, false) : NULL;
 	if (entry == NULL)
 	{
 		outbox_marker_open(relid, id, false);
-		return;
+		return true;
 	}
 	e = entry - outbox_my_set.entries;
 	if (id < entry->bound)
 	{
 		entry->bound = id;
 		changed = true;
+		below = true;
 		if (outbox_my_slot() == NULL)
 		{
 			outbox_marker_lock(OUTBOX_LOCK_BOUND, relid, id, true);
@@ -377,6 +381,7 @@ outbox_marker_row(Oid relid, int64 id)
 	}
 	if (changed)
 		outbox_publish_markers();
+	return below;
 }
 
 /*

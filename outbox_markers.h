@@ -26,7 +26,7 @@ extern void outbox_markers_init(void);
 /* producers */
 extern bool outbox_marker_needs_bound(Oid relid, bool window);
 extern void outbox_marker_open(Oid relid, int64 bound, bool window);
-extern void outbox_marker_row(Oid relid, int64 id);
+extern bool outbox_marker_row(Oid relid, int64 id);
 extern void outbox_marker_close(Oid relid);
 
 /* readers */

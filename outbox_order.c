@@ -47,6 +47,7 @@
 #include "catalog/pg_depend.h"
 #include "commands/sequence.h"
 #include "commands/trigger.h"
+#include "common/hashfn.h"
 #include "executor/executor.h"
 #include "fmgr.h"
 #include "miscadmin.h"
@@ -112,6 +113,28 @@ typedef struct OutboxEntry
 	OutboxEntryStatus status;
 } OutboxEntry;
 
+/*
+ * Where a recipient's open rows start, as far as this backend knows: no
+ * row of it below low was open at the claim that found it, and none can be
+ * since but through what moves its outbox's order epoch on (a row
+ * re-addressed to it, or one that brings its own id).  Scans start there,
+ * past the dead index entries of its acked rows, which an open transaction
+ * anywhere keeps.  Only with shared memory (the epoch is there).
+ */
+typedef struct OutboxLowKey
+{
+	Oid			relid;
+	uint32		hash;			/* of the recipient */
+} OutboxLowKey;
+
+typedef struct OutboxLowWater
+{
+	OutboxLowKey key;
+	uint64		epoch;
+	int64		low;
+	text	   *recipient;		/* in TopMemoryContext */
+} OutboxLowWater;
+
 /* One (recipient, tenant_id) group met by a claim's scan. */
 typedef struct OutboxGroup
 {
@@ -138,6 +161,10 @@ typedef struct OutboxScan
 	bool		has_ttl;
 	TimestampTz ttl_cutoff;
 	int64		window;
+	bool		use_low;		/* start each recipient at its low water */
+	uint64		epoch;			/* the outbox's order epoch, read first */
+	Snapshot	snapshot;		/* then this, then the horizon for it */
+	int64		horizon;
 	int			max_rows;
 	int			nruns;
 	OutboxHeads *heads;
@@ -151,6 +178,9 @@ static text *outbox_next_recipient(OutboxScan *scan, text *after);
 static bool outbox_next_entry(OutboxScan *scan, IndexScanDesc iscan,
 							  TupleTableSlot *slot, bool dirty, OutboxEntry *e);
 static bool outbox_scan_tenant(OutboxScan *scan, text *tenant);
+static OutboxLowWater *outbox_low_water(Oid relid, text *recipient,
+										bool create);
+static int64 outbox_first_open(OutboxScan *scan, text *recipient, int64 from);
 static OutboxGroup *outbox_group(List **groups, bool tenant_null,
 								 text *tenant, int *nruns);
 static bool outbox_text_equal(text *a, text *b);
@@ -161,6 +191,7 @@ static void outbox_recipient_key(ScanKey key, Relation index,
 								 StrategyNumber strategy, text *recipient);
 
 static HTAB *outbox_order_infos = NULL;
+static HTAB *outbox_low_waters = NULL;
 
 /* Where this backend's last whole-table ordered claim stopped. */
 static Oid	outbox_cursor_relid = InvalidOid;
@@ -323,6 +354,7 @@ outbox_order_heads(Relation rel, const OutboxColumns *cols,
 	heads->group = palloc(sizeof(int) * max_rows);
 	heads->recipient = palloc(sizeof(text *) * max_rows);
 	heads->tenant = palloc(sizeof(text *) * max_rows);
+	heads->low = palloc(sizeof(int64) * max_rows);
 
 	memset(&scan, 0, sizeof(scan));
 	scan.rel = rel;
@@ -334,7 +366,20 @@ outbox_order_heads(Relation rel, const OutboxColumns *cols,
 	scan.ttl_cutoff = ttl_cutoff;
 	scan.max_rows = max_rows;
 	scan.heads = heads;
-	/* the windows first: a row found in no index below was then announced */
+	/*
+	 * The order epoch, a snapshot and the horizon for it (see
+	 * OutboxLowWater), then the windows: a row found in no index below was
+	 * then announced.
+	 */
+	scan.use_low = OidIsValid(info->seqrelid) &&
+		outbox_order_epoch(RelationGetRelid(rel), &scan.epoch);
+	if (scan.use_low)
+	{
+		scan.snapshot = RegisterSnapshot(GetLatestSnapshot());
+		scan.horizon = outbox_marker_horizon(RelationGetRelid(rel),
+											 outbox_order_next_id(info->seqrelid) - 1,
+											 scan.snapshot);
+	}
 	scan.window = outbox_marker_window(RelationGetRelid(rel));
 	InitDirtySnapshot(scan.dirty);
 	scan.open_index = index_open(info->open_index, AccessShareLock);
@@ -398,6 +443,8 @@ outbox_order_heads(Relation rel, const OutboxColumns *cols,
 	}
 
 	ExecDropSingleTupleTableSlot(scan.slot);
+	if (scan.use_low)
+		UnregisterSnapshot(scan.snapshot);
 	if (scan.delivered_index != NULL)
 		index_close(scan.delivered_index, AccessShareLock);
 	index_close(scan.open_index, AccessShareLock);
@@ -408,8 +455,9 @@ outbox_order_heads(Relation rel, const OutboxColumns *cols,
  *
  * After a claim locked a run of rel's group (recipient, tenant, NULL for
  * the NULL tenant), its n rows run[] in id order: how many of them, from
- * the first, may go out, by the group's rows up to the last one read
- * again with the dirty snapshot.  The run ends before the first open row
+ * the first, may go out, by the group's rows from low (where the claim
+ * started reading the recipient) up to the last one read again with the
+ * dirty snapshot.  The run ends before the first open row
  * of the group that is not in it (or is being changed) and is not an
  * expired pending row.  A row that the claim's first scan could not see
  * while it changed (its old version dead by the time it was read, its new
@@ -417,13 +465,13 @@ outbox_order_heads(Relation rel, const OutboxColumns *cols,
  */
 int
 outbox_order_locked_run(Relation rel, const OutboxColumns *cols,
-						text *recipient, text *tenant, const int64 *run,
-						int n, TimestampTz now, bool has_ttl,
-						TimestampTz ttl_cutoff)
+						text *recipient, text *tenant, int64 low,
+						const int64 *run, int n, TimestampTz now,
+						bool has_ttl, TimestampTz ttl_cutoff)
 {
 	OutboxOrderInfo *info = outbox_order_info(rel);
 	OutboxScan	scan;
-	ScanKeyData keys[2];
+	ScanKeyData keys[3];
 	IndexScanDesc iscan;
 	OutboxEntry entry;
 	int			ok = 0;
@@ -442,11 +490,13 @@ outbox_order_locked_run(Relation rel, const OutboxColumns *cols,
 	scan.slot = table_slot_create(rel, NULL);
 	outbox_recipient_key(&keys[0], scan.open_index, BTEqualStrategyNumber,
 						 recipient);
-	ScanKeyInit(&keys[1], 2, BTLessEqualStrategyNumber, F_INT8LE,
+	ScanKeyInit(&keys[1], 2, BTGreaterEqualStrategyNumber, F_INT8GE,
+				Int64GetDatum(low));
+	ScanKeyInit(&keys[2], 2, BTLessEqualStrategyNumber, F_INT8LE,
 				Int64GetDatum(run[n - 1]));
 
-	iscan = index_beginscan(rel, scan.open_index, &scan.dirty, 2, 0);
-	index_rescan(iscan, keys, 2, NULL, 0);
+	iscan = index_beginscan(rel, scan.open_index, &scan.dirty, 3, 0);
+	index_rescan(iscan, keys, 3, NULL, 0);
 	while (ok < n && outbox_next_entry(&scan, iscan, scan.slot, true, &entry))
 	{
 		if (!outbox_scan_tenant(&scan, entry.tenant) ||
@@ -644,18 +694,37 @@ outbox_scan_recipient(OutboxScan *scan, text *recipient)
 	OutboxHeads *heads = scan->heads;
 	List	   *groups = NIL;
 	IndexScanDesc iscan;
-	ScanKeyData key;
+	ScanKeyData keys[2];
+	int			nkeys = 1;
 	OutboxEntry entry;
 	int			lookahead = 0;
 	bool		isnull;
+	int64		from = 0;
+	int64		first = PG_INT64_MAX;	/* the first row the dirty scan read */
+	OutboxLowWater *lw = NULL;
+
+	/* where the recipient's open rows start (see OutboxLowWater) */
+	if (scan->use_low)
+	{
+		lw = outbox_low_water(RelationGetRelid(scan->rel), recipient, false);
+		if (lw != NULL && lw->epoch == scan->epoch)
+			from = lw->low;
+	}
+	if (from > 0)
+	{
+		ScanKeyInit(&keys[1], 2, BTGreaterEqualStrategyNumber, F_INT8GE,
+					Int64GetDatum(from));
+		nkeys = 2;
+	}
 
 	/* groups with a run in flight */
 	if (scan->delivered_index != NULL)
 	{
-		outbox_recipient_key(&key, scan->delivered_index, BTEqualStrategyNumber,
+		outbox_recipient_key(&keys[0], scan->delivered_index, BTEqualStrategyNumber,
 							 recipient);
-		iscan = index_beginscan(scan->rel, scan->delivered_index, &scan->dirty, 1, 0);
-		index_rescan(iscan, &key, 1, NULL, 0);
+		iscan = index_beginscan(scan->rel, scan->delivered_index, &scan->dirty,
+								nkeys, 0);
+		index_rescan(iscan, keys, nkeys, NULL, 0);
 		while (index_getnext_slot(iscan, ForwardScanDirection, scan->slot))
 		{
 			Datum		t = slot_getattr(scan->slot, cols->tenant_id, &isnull);
@@ -698,10 +767,10 @@ outbox_scan_recipient(OutboxScan *scan, text *recipient)
 	 * has locked the run (outbox_order_overtakes), when every such entry
 	 * is in place.
 	 */
-	outbox_recipient_key(&key, scan->open_index, BTEqualStrategyNumber,
+	outbox_recipient_key(&keys[0], scan->open_index, BTEqualStrategyNumber,
 						 recipient);
-	iscan = index_beginscan(scan->rel, scan->open_index, &scan->dirty, 1, 0);
-	index_rescan(iscan, &key, 1, NULL, 0);
+	iscan = index_beginscan(scan->rel, scan->open_index, &scan->dirty, nkeys, 0);
+	index_rescan(iscan, keys, nkeys, NULL, 0);
 	while (heads->n < scan->max_rows &&
 		   outbox_next_entry(scan, iscan, scan->slot, true, &entry))
 	{
@@ -710,6 +779,7 @@ outbox_scan_recipient(OutboxScan *scan, text *recipient)
 		bool		all_held = true;
 
 		CHECK_FOR_INTERRUPTS();
+		first = Min(first, entry.id);
 		if (!outbox_scan_tenant(scan, entry.tenant))
 			continue;
 		group = outbox_group(&groups, entry.tenant == NULL, entry.tenant,
@@ -720,6 +790,7 @@ outbox_scan_recipient(OutboxScan *scan, text *recipient)
 			heads->group[heads->n] = group->run;
 			heads->recipient[heads->n] = recipient;
 			heads->tenant[heads->n] = group->tenant;
+			heads->low[heads->n] = from;
 			heads->n++;
 			lookahead = 0;
 			continue;
@@ -735,6 +806,102 @@ outbox_scan_recipient(OutboxScan *scan, text *recipient)
 	}
 	index_endscan(iscan);
 	list_free(groups);
+
+	/*
+	 * The recipient's new low water: its first row open at the claim's
+	 * snapshot (which, unlike the dirty one, no concurrent update hides) or
+	 * being changed now (which the snapshot does not see), but never above
+	 * the horizon for that snapshot, below which every row is one the
+	 * snapshot sees.  A row that joins the recipient below it moves the
+	 * order epoch on (outbox_note_order_change).
+	 */
+	if (scan->use_low)
+	{
+		int64		low = Min(Min(outbox_first_open(scan, recipient, from), first),
+							  scan->horizon + 1);
+
+		if (lw == NULL)
+			lw = outbox_low_water(RelationGetRelid(scan->rel), recipient, true);
+		if (lw != NULL)
+		{
+			lw->epoch = scan->epoch;
+			lw->low = low;
+		}
+	}
+}
+
+/*
+ * outbox_first_open
+ *
+ * The id of a recipient's first open row at or after from, at the claim's
+ * snapshot; PG_INT64_MAX when none.
+ */
+static int64
+outbox_first_open(OutboxScan *scan, text *recipient, int64 from)
+{
+	ScanKeyData keys[2];
+	IndexScanDesc iscan;
+	int64		first = PG_INT64_MAX;
+
+	outbox_recipient_key(&keys[0], scan->open_index, BTEqualStrategyNumber,
+						 recipient);
+	ScanKeyInit(&keys[1], 2, BTGreaterEqualStrategyNumber, F_INT8GE,
+				Int64GetDatum(from));
+	iscan = index_beginscan(scan->rel, scan->open_index, scan->snapshot, 2, 0);
+	index_rescan(iscan, keys, 2, NULL, 0);
+	if (index_getnext_slot(iscan, ForwardScanDirection, scan->slot))
+	{
+		bool		isnull;
+
+		first = DatumGetInt64(slot_getattr(scan->slot, scan->cols->id, &isnull));
+	}
+	index_endscan(iscan);
+	return first;
+}
+
+/*
+ * outbox_low_water
+ *
+ * This backend's low water of a recipient of outbox relid, NULL if none
+ * (with create: a new one, low 0, NULL only if the recipient's key is
+ * another recipient's, which keeps it).
+ */
+static OutboxLowWater *
+outbox_low_water(Oid relid, text *recipient, bool create)
+{
+	OutboxLowKey key;
+	OutboxLowWater *lw;
+	bool		found;
+
+	if (outbox_low_waters == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(OutboxLowKey);
+		ctl.entrysize = sizeof(OutboxLowWater);
+		outbox_low_waters = hash_create("delivery_outbox low waters", 256,
+										&ctl, HASH_ELEM | HASH_BLOBS);
+	}
+	memset(&key, 0, sizeof(key));
+	key.relid = relid;
+	key.hash = hash_bytes((const unsigned char *) VARDATA_ANY(recipient),
+						  VARSIZE_ANY_EXHDR(recipient));
+	lw = hash_search(outbox_low_waters, &key, create ? HASH_ENTER : HASH_FIND,
+					 &found);
+	if (lw == NULL)
+		return NULL;
+	if (!found)
+	{
+		lw->epoch = 0;
+		lw->low = 0;
+		lw->recipient = (text *) MemoryContextAlloc(TopMemoryContext,
+													VARSIZE_ANY(recipient));
+		memcpy(lw->recipient, recipient, VARSIZE_ANY(recipient));
+		return lw;
+	}
+	if (!outbox_text_equal(lw->recipient, recipient))
+		return NULL;			/* another recipient's key */
+	return lw;
 }
 
 /*

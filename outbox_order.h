@@ -29,6 +29,7 @@ typedef struct OutboxHeads
 	int		   *group;			/* the run each row belongs to */
 	text	  **recipient;		/* each row's */
 	text	  **tenant;			/* each row's, NULL for the NULL tenant */
+	int64	   *low;			/* where its recipient's scan started */
 } OutboxHeads;
 
 extern void outbox_order_heads(Relation rel, const OutboxColumns *cols,
@@ -37,7 +38,7 @@ extern void outbox_order_heads(Relation rel, const OutboxColumns *cols,
 							   TimestampTz ttl_cutoff, int max_rows,
 							   OutboxHeads *heads);
 extern int	outbox_order_locked_run(Relation rel, const OutboxColumns *cols,
-									text *recipient, text *tenant,
+									text *recipient, text *tenant, int64 low,
 									const int64 *run, int n, TimestampTz now,
 									bool has_ttl, TimestampTz ttl_cutoff);
 extern void outbox_order_wake_next(Relation rel, const OutboxColumns *cols,

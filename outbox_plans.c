@@ -514,8 +514,8 @@ outbox_claim_ordered(OutboxTable *table, int64 max_rows, text *recipient,
 				if (heads.group[k] == group)
 					run[nrun++] = heads.ids[k];
 			ok = outbox_order_locked_run(rel, cols, heads.recipient[i],
-										 heads.tenant[i], run, nrun, now,
-										 policy->has_ttl, ttl_cutoff);
+										 heads.tenant[i], heads.low[i], run,
+										 nrun, now, policy->has_ttl, ttl_cutoff);
 			for (k = i; k < heads.n; k++)
 			{
 				if (heads.group[k] != group)

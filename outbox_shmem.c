@@ -27,8 +27,10 @@
  */
 #include "postgres.h"
 
+#include "miscadmin.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
+#include "utils/timestamp.h"
 
 #include "delivery_outbox.h"
 #include "outbox_shmem.h"
@@ -102,6 +104,7 @@ outbox_shmem_init(void)
 			for (c = 0; c < OUTBOX_NUM_COUNTERS; c++)
 				pg_atomic_init_u64(&slot->counters[c], 0);
 			pg_atomic_init_u32(&slot->backlog_valid, 0);
+			pg_atomic_init_u64(&slot->order_epoch, 0);
 		}
 	}
 	LWLockRelease(AddinShmemInitLock);
@@ -229,6 +232,8 @@ outbox_table_slot(Oid dboid, Oid relid, bool create)
 		for (c = 0; c < OUTBOX_NUM_COUNTERS; c++)
 			pg_atomic_write_u64(&slot->counters[c], 0);
 		pg_atomic_write_u32(&slot->backlog_valid, 0);
+		/* unique across the slot's lives: a cached epoch never matches */
+		pg_atomic_write_u64(&slot->order_epoch, (uint64) GetCurrentTimestamp());
 		slot->relid = relid;
 		pg_write_barrier();
 		slot->dboid = dboid;
@@ -299,4 +304,61 @@ outbox_handover(OutboxDatabase *db, const OutboxWakeup *wakeups, int nids)
 	if (latch != NULL)
 		SetLatch(latch);
 	return done;
+}
+
+/*
+ * outbox_order_epoch
+ *
+ * The order epoch of outbox relid of this database, in *epoch: it moves
+ * on whenever a row may have joined one of its recipients with an id below
+ * that recipient's open rows (a re-addressed row, one that brings its own
+ * id), which the ordered claims' memory of where each recipient's open
+ * rows start must not outlive.  False without shared memory or a slot.
+ */
+bool
+outbox_order_epoch(Oid relid, uint64 *epoch)
+{
+	OutboxTableSlot *slot = outbox_table_slot(MyDatabaseId, relid, true);
+
+	if (slot == NULL)
+		return false;
+	*epoch = pg_atomic_read_u64(&slot->order_epoch);
+	return true;
+}
+
+/*
+ * outbox_order_epoch_bump
+ *
+ * Move outbox relid's order epoch on (see outbox_order_epoch), before the
+ * row concerned is written.
+ */
+void
+outbox_order_epoch_bump(Oid relid)
+{
+	OutboxTableSlot *slot = outbox_table_slot(MyDatabaseId, relid, true);
+
+	if (slot != NULL)
+		pg_atomic_fetch_add_u64(&slot->order_epoch, 1);
+}
+
+/*
+ * outbox_order_epoch_bump_all
+ *
+ * Move the order epoch of every outbox of database dboid on (a prepared
+ * transaction committed: what it wrote is not known here).
+ */
+void
+outbox_order_epoch_bump_all(Oid dboid)
+{
+	int			i;
+
+	if (outbox_shared == NULL)
+		return;
+	for (i = 0; i < OUTBOX_MAX_TABLES; i++)
+	{
+		OutboxTableSlot *slot = &outbox_shared->tables[i];
+
+		if (slot->dboid == dboid)
+			pg_atomic_fetch_add_u64(&slot->order_epoch, 1);
+	}
 }

@@ -86,6 +86,8 @@ typedef struct OutboxTableSlot
 	Oid			relid;
 	pg_atomic_uint64 counters[OUTBOX_NUM_COUNTERS];
 	pg_atomic_uint32 backlog_valid;
+	pg_atomic_uint64 order_epoch;	/* moved on when a row may join a
+									 * recipient below what was open */
 } OutboxTableSlot;
 
 /* A deferred wake-up: a row of an outbox became pending. */
@@ -141,5 +143,8 @@ extern OutboxTableSlot *outbox_table_slot(Oid dboid, Oid relid, bool create);
 extern void outbox_forget_table_slot(OutboxTableSlot *slot);
 extern int	outbox_handover(OutboxDatabase *db, const OutboxWakeup *wakeups,
 							int n);
+extern bool outbox_order_epoch(Oid relid, uint64 *epoch);
+extern void outbox_order_epoch_bump(Oid relid);
+extern void outbox_order_epoch_bump_all(Oid dboid);
 
 #endif							/* OUTBOX_SHMEM_H */

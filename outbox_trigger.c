@@ -225,8 +225,14 @@ outbox_guard_insert(Relation rel, HeapTuple tuple, const OutboxColumns *cols,
 	if (isnull)
 		return tuple;
 	id = DatumGetInt64(d);
-	/* the row's id is drawn; everything the statement inserted before is in */
-	outbox_marker_row(RelationGetRelid(rel), id);
+	/*
+	 * The row's id is drawn; everything the statement inserted before is
+	 * in.  A row below the ids drawn (one that brings its own) may land
+	 * below a recipient's open rows: the ordered claims must look again.
+	 */
+	if (outbox_marker_row(RelationGetRelid(rel), id) &&
+		outbox_trigger_ordered(rel))
+		outbox_note_order_change(RelationGetRelid(rel));
 
 	d = heap_getattr(tuple, cols->payload, tupdesc, &isnull);
 	if (!isnull)
@@ -469,10 +475,23 @@ outbox_guard_update(Relation rel, HeapTuple oldtuple, HeapTuple newtuple,
 	 * to now or earlier; a row scheduled for later is woken when due, by
 	 * the worker.
 	 */
-	/* the end of an ordered outbox's run lets its group's next row go */
-	if (from == OUTBOX_DELIVERED && to == OUTBOX_ACKED &&
-		outbox_trigger_ordered(rel))
-		outbox_wake_next(rel, cols, newtuple, channel);
+	if (outbox_trigger_ordered(rel))
+	{
+		/* the end of an ordered outbox's run lets its group's next row go */
+		if (from == OUTBOX_DELIVERED && to == OUTBOX_ACKED)
+			outbox_wake_next(rel, cols, newtuple, channel);
+
+		/* a row joining a recipient may land below its open rows */
+		old_recipient = heap_getattr(oldtuple, cols->recipient, tupdesc,
+									 &old_recipient_null);
+		new_recipient = heap_getattr(newtuple, cols->recipient, tupdesc,
+									 &new_recipient_null);
+		if (to != OUTBOX_ACKED &&
+			!outbox_datum_equal(old_recipient, old_recipient_null,
+								new_recipient, new_recipient_null,
+								TupleDescAttr(tupdesc, cols->recipient - 1)))
+			outbox_note_order_change(RelationGetRelid(rel));
+	}
 
 	if (to == OUTBOX_PENDING && !outbox_row_due(newtuple, tupdesc, cols, &not_before))
 		outbox_note_scheduled(not_before);

@@ -99,6 +99,15 @@ static int	outbox_committed_nids = 0;
 /* Set by _PG_init: an outbox's own channel from the registry, see above. */
 outbox_channel_lookup_type outbox_channel_lookup = NULL;
 
+/*
+ * Outboxes whose order epoch this transaction moved on: moved on again
+ * once it has committed (see outbox_note_order_change).
+ */
+#define OUTBOX_ORDER_CHANGES	8
+static Oid	outbox_order_changes[OUTBOX_ORDER_CHANGES];
+static int	outbox_norder_changes = 0;
+static bool outbox_order_changes_lost = false;
+
 /* GID of the PREPARE TRANSACTION this transaction ends with, if any. */
 static char outbox_prepare_gid[GIDSIZE];
 
@@ -146,6 +155,30 @@ outbox_table_deltas(OutboxXactLevel *level, Oid relid)
 	level->tables = lcons(t, level->tables);
 	MemoryContextSwitchTo(old);
 	return t;
+}
+
+/*
+ * outbox_note_order_change
+ *
+ * A row may join a recipient of outbox relid below the recipient's open
+ * rows (re-addressed, or with an id of its own): move the outbox's order
+ * epoch on now, before the row is written, and again once the transaction
+ * has committed, when its rows are in the indexes and visible: an ordered
+ * claim that read the epoch in between cannot have seen them in place.
+ */
+void
+outbox_note_order_change(Oid relid)
+{
+	int			i;
+
+	outbox_order_epoch_bump(relid);
+	for (i = 0; i < outbox_norder_changes; i++)
+		if (outbox_order_changes[i] == relid)
+			return;
+	if (outbox_norder_changes < OUTBOX_ORDER_CHANGES)
+		outbox_order_changes[outbox_norder_changes++] = relid;
+	else
+		outbox_order_changes_lost = true;
 }
 
 /*
@@ -367,6 +400,22 @@ outbox_xact_callback(XactEvent event, void *arg)
 	OutboxXactLevel *level = outbox_xact;
 
 	outbox_committed = NULL;
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT)
+	{
+		int			i;
+
+		for (i = 0; i < outbox_norder_changes; i++)
+			outbox_order_epoch_bump(outbox_order_changes[i]);
+		if (outbox_order_changes_lost)
+			outbox_order_epoch_bump_all(MyDatabaseId);
+	}
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
+		event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT ||
+		event == XACT_EVENT_PREPARE)
+	{
+		outbox_norder_changes = 0;
+		outbox_order_changes_lost = false;
+	}
 	if (level != NULL &&
 		(event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT))
 	{
@@ -627,6 +676,10 @@ outbox_finish_prepared(const char *gid, bool commit)
 		}
 	}
 	SpinLockRelease(&outbox_shared->mutex);
+
+	/* what it wrote may have joined recipients below their open rows */
+	if (commit)
+		outbox_order_epoch_bump_all(MyDatabaseId);
 
 	if (have && commit)
 	{

@@ -22,6 +22,7 @@
 extern void outbox_count(Oid relid, OutboxCounter counter, int64 delta);
 extern void outbox_wake(int64 id, Oid relid, const char *channel);
 extern void outbox_note_scheduled(TimestampTz not_before);
+extern void outbox_note_order_change(Oid relid);
 
 /*
  * Where a row's triggers name no channel (the extension's own table, whose
