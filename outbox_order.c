@@ -163,8 +163,8 @@ typedef struct OutboxScan
 	int64		window;
 	bool		use_low;		/* start each recipient at its low water */
 	uint64		epoch;			/* the outbox's order epoch, read first */
-	Snapshot	snapshot;		/* then this, then the horizon for it */
-	int64		horizon;
+	Snapshot	snapshot;		/* then this */
+	int64		next_id;		/* then the sequence's next value */
 	int			max_rows;
 	int			nruns;
 	OutboxHeads *heads;
@@ -367,18 +367,15 @@ outbox_order_heads(Relation rel, const OutboxColumns *cols,
 	scan.max_rows = max_rows;
 	scan.heads = heads;
 	/*
-	 * The order epoch, a snapshot and the horizon for it (see
-	 * OutboxLowWater), then the windows: a row found in no index below was
-	 * then announced.
+	 * The order epoch and a snapshot (see OutboxLowWater), then the
+	 * windows: a row found in no index below was then announced.
 	 */
 	scan.use_low = OidIsValid(info->seqrelid) &&
 		outbox_order_epoch(RelationGetRelid(rel), &scan.epoch);
 	if (scan.use_low)
 	{
 		scan.snapshot = RegisterSnapshot(GetLatestSnapshot());
-		scan.horizon = outbox_marker_horizon(RelationGetRelid(rel),
-											 outbox_order_next_id(info->seqrelid) - 1,
-											 scan.snapshot);
+		scan.next_id = outbox_order_next_id(info->seqrelid);
 	}
 	scan.window = outbox_marker_window(RelationGetRelid(rel));
 	InitDirtySnapshot(scan.dirty);
@@ -809,16 +806,18 @@ outbox_scan_recipient(OutboxScan *scan, text *recipient)
 
 	/*
 	 * The recipient's new low water: its first row open at the claim's
-	 * snapshot (which, unlike the dirty one, no concurrent update hides) or
-	 * being changed now (which the snapshot does not see), but never above
-	 * the horizon for that snapshot, below which every row is one the
-	 * snapshot sees.  A row that joins the recipient below it moves the
-	 * order epoch on (outbox_note_order_change).
+	 * snapshot (which, unlike the dirty one, no update committing under the
+	 * scan hides) or being changed now (running, which the snapshot does
+	 * not see), and never above the lowest window (an id drawn for a row
+	 * that is in no index yet) nor the sequence's next value as the claim
+	 * began (a row inserted later has a higher id).  A row that joins the
+	 * recipient below it otherwise moves the order epoch on
+	 * (outbox_note_order_change).
 	 */
 	if (scan->use_low)
 	{
 		int64		low = Min(Min(outbox_first_open(scan, recipient, from), first),
-							  scan->horizon + 1);
+							  Min(scan->window, scan->next_id));
 
 		if (lw == NULL)
 			lw = outbox_low_water(RelationGetRelid(scan->rel), recipient, true);
