@@ -369,15 +369,15 @@ outbox_marker_row(Oid relid, int64 id)
 			outbox_history_lock(outbox_my_set.xid, relid, id);
 		}
 	}
-	if (outbox_windowed[e] && outbox_depth[e] > 0)
+	/*
+	 * The window never moves up within a statement: its rows need not be
+	 * inserted in the order their ids were drawn (ids given, or drawn
+	 * under a sort), so a row's id says nothing of those not yet in.
+	 */
+	if (outbox_windowed[e] && outbox_depth[e] > 0 && id < entry->window)
 	{
-		int64		window = outbox_depth[e] == 1 ? id : Min(entry->window, id);
-
-		if (window != entry->window)
-		{
-			entry->window = window;
-			changed = true;
-		}
+		entry->window = id;
+		changed = true;
 	}
 	if (changed)
 		outbox_publish_markers();
@@ -891,21 +891,32 @@ outbox_history_lock(TransactionId xid, Oid relid, int64 bound)
 	LOCKTAG		tag;
 	int			i;
 
+	/* one per transaction and outbox: a lower bound replaces the old one */
 	for (i = 0; i < outbox_nhistory; i++)
-		if (TransactionIdEquals(outbox_history[i].xid, xid) &&
-			outbox_history[i].relid == relid && outbox_history[i].bound <= bound)
+	{
+		OutboxHistoryLock *h = &outbox_history[i];
+
+		if (!TransactionIdEquals(h->xid, xid) || h->relid != relid)
+			continue;
+		if (h->bound <= bound)
 			return;
+		outbox_lock_tag(&tag, OUTBOX_LOCK_HISTORY, xid, relid, bound);
+		(void) LockAcquire(&tag, AccessShareLock, true, false);
+		outbox_lock_tag(&tag, OUTBOX_LOCK_HISTORY, xid, relid, h->bound);
+		(void) LockRelease(&tag, AccessShareLock, true);
+		h->bound = bound;
+		return;
+	}
 	if (outbox_nhistory == OUTBOX_HISTORY_MAX)
 		outbox_history_fold();
+	if (outbox_nhistory == OUTBOX_HISTORY_MAX)
+		return;					/* all the running transaction's: no room */
 	outbox_lock_tag(&tag, OUTBOX_LOCK_HISTORY, xid, relid, bound);
 	(void) LockAcquire(&tag, AccessShareLock, true, false);
-	if (outbox_nhistory < OUTBOX_HISTORY_MAX)
-	{
-		outbox_history[outbox_nhistory].xid = xid;
-		outbox_history[outbox_nhistory].relid = relid;
-		outbox_history[outbox_nhistory].bound = bound;
-		outbox_nhistory++;
-	}
+	outbox_history[outbox_nhistory].xid = xid;
+	outbox_history[outbox_nhistory].relid = relid;
+	outbox_history[outbox_nhistory].bound = bound;
+	outbox_nhistory++;
 }
 
 /*

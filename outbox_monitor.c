@@ -175,8 +175,6 @@ outbox_horizon(PG_FUNCTION_ARGS)
 {
 	OutboxTable *t = outbox_target(fcinfo, 0, ACL_SELECT);
 	Oid			seqrelid;
-	HeapTuple	seqtup;
-	bool		usable;
 
 	if (!outbox_order_sequence(outbox_table_relid(t), &seqrelid))
 		ereport(ERROR,
@@ -184,13 +182,7 @@ outbox_horizon(PG_FUNCTION_ARGS)
 				 errmsg("outbox %s has no horizon: its id column has no sequence",
 						outbox_table_name(t)),
 				 errhint("Give the id column an identity, or a sequence owned by it.")));
-	seqtup = SearchSysCache1(SEQRELID, ObjectIdGetDatum(seqrelid));
-	if (!HeapTupleIsValid(seqtup))
-		elog(ERROR, "cache lookup failed for sequence %u", seqrelid);
-	usable = ((Form_pg_sequence) GETSTRUCT(seqtup))->seqincrement > 0 &&
-		((Form_pg_sequence) GETSTRUCT(seqtup))->seqcache == 1;
-	ReleaseSysCache(seqtup);
-	if (!usable)
+	if (!outbox_order_sequence_ok(seqrelid))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("outbox %s has no horizon: its id sequence must count up with CACHE 1",

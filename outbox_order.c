@@ -44,6 +44,7 @@
 #include "catalog/pg_am.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_index.h"
+#include "catalog/pg_sequence.h"
 #include "catalog/pg_depend.h"
 #include "commands/sequence.h"
 #include "commands/trigger.h"
@@ -60,6 +61,7 @@
 #include "utils/rel.h"
 #include "utils/ruleutils.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 
 #include "delivery_outbox.h"
 #include "outbox_markers.h"
@@ -132,7 +134,7 @@ typedef struct OutboxLowWater
 	OutboxLowKey key;
 	uint64		epoch;
 	int64		low;
-	text	   *recipient;		/* in TopMemoryContext */
+	text	   *recipient;		/* in outbox_low_water_cxt */
 } OutboxLowWater;
 
 /* One (recipient, tenant_id) group met by a claim's scan. */
@@ -192,6 +194,10 @@ static void outbox_recipient_key(ScanKey key, Relation index,
 
 static HTAB *outbox_order_infos = NULL;
 static HTAB *outbox_low_waters = NULL;
+static MemoryContext outbox_low_water_cxt = NULL;
+
+/* Recipients' low waters a backend keeps at most (see outbox_low_water). */
+#define OUTBOX_LOW_WATERS_MAX	65536
 
 /* Where this backend's last whole-table ordered claim stopped. */
 static Oid	outbox_cursor_relid = InvalidOid;
@@ -307,6 +313,26 @@ outbox_order_next_id(Oid seqrelid)
 }
 
 /*
+ * outbox_order_sequence_ok
+ *
+ * Whether sequence seqrelid can give an order: it counts up, with CACHE 1
+ * (with a cache, a session hands out ids below the last value at any time).
+ */
+bool
+outbox_order_sequence_ok(Oid seqrelid)
+{
+	HeapTuple	tup = SearchSysCache1(SEQRELID, ObjectIdGetDatum(seqrelid));
+	bool		ok;
+
+	if (!HeapTupleIsValid(tup))
+		return false;
+	ok = ((Form_pg_sequence) GETSTRUCT(tup))->seqincrement > 0 &&
+		((Form_pg_sequence) GETSTRUCT(tup))->seqcache == 1;
+	ReleaseSysCache(tup);
+	return ok;
+}
+
+/*
  * outbox_order_sequence
  *
  * The sequence of rel's id column (identity or serial), in *seqrelid;
@@ -367,17 +393,27 @@ outbox_order_heads(Relation rel, const OutboxColumns *cols,
 	scan.max_rows = max_rows;
 	scan.heads = heads;
 	/*
-	 * The order epoch and a snapshot (see OutboxLowWater), then the
-	 * windows: a row found in no index below was then announced.
+	 * The order epoch and a snapshot (see OutboxLowWater), the sequence's
+	 * next value, then the windows.  Every row with a lower id was drawn
+	 * before: a row found in no index below was then announced by a window.
+	 * A row with that id or above may be drawn at any moment, by a
+	 * statement whose window opens after the windows were read: none is
+	 * handed out.
 	 */
-	scan.use_low = OidIsValid(info->seqrelid) &&
-		outbox_order_epoch(RelationGetRelid(rel), &scan.epoch);
+	if (!OidIsValid(info->seqrelid) || !outbox_order_sequence_ok(info->seqrelid))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("ordered outbox %s needs an id sequence that counts up with CACHE 1",
+						quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
+												   RelationGetRelationName(rel))),
+				 errdetail("With a cache, a session may insert ids below the sequence's last value at any time."),
+				 errhint("ALTER the id column's sequence to CACHE 1 with a positive INCREMENT, or turn ordered off.")));
+	scan.use_low = outbox_order_epoch(RelationGetRelid(rel), &scan.epoch);
 	if (scan.use_low)
-	{
 		scan.snapshot = RegisterSnapshot(GetLatestSnapshot());
-		scan.next_id = outbox_order_next_id(info->seqrelid);
-	}
-	scan.window = outbox_marker_window(RelationGetRelid(rel));
+	scan.next_id = outbox_order_next_id(info->seqrelid);
+	scan.window = Min(outbox_marker_window(RelationGetRelid(rel)),
+					  scan.next_id - 1);
 	InitDirtySnapshot(scan.dirty);
 	scan.open_index = index_open(info->open_index, AccessShareLock);
 	scan.slot = table_slot_create(rel, NULL);
@@ -587,12 +623,28 @@ outbox_order_relcache_callback(Datum arg, Oid relid)
 	HASH_SEQ_STATUS status;
 	OutboxOrderInfo *info;
 
-	if (outbox_order_infos == NULL)
-		return;
-	hash_seq_init(&status, outbox_order_infos);
-	while ((info = hash_seq_search(&status)) != NULL)
-		if (relid == InvalidOid || info->relid == relid)
-			info->valid = false;
+	if (outbox_order_infos != NULL)
+	{
+		hash_seq_init(&status, outbox_order_infos);
+		while ((info = hash_seq_search(&status)) != NULL)
+			if (relid == InvalidOid || info->relid == relid)
+				info->valid = false;
+	}
+
+	/*
+	 * The low waters of the outbox go too: its setting may have changed
+	 * (outbox_configure invalidates it), and while it was not ordered
+	 * nothing moved its order epoch on.
+	 */
+	if (outbox_low_waters != NULL)
+	{
+		OutboxLowWater *lw;
+
+		hash_seq_init(&status, outbox_low_waters);
+		while ((lw = hash_seq_search(&status)) != NULL)
+			if (relid == InvalidOid || lw->key.relid == relid)
+				lw->epoch = 0;	/* matches no epoch: read from the start */
+	}
 }
 
 /*
@@ -761,7 +813,7 @@ outbox_scan_recipient(OutboxScan *scan, text *recipient)
 	 * while the scan goes past it can be missing from it (its old version
 	 * dead by the time it is read, its new index entry added behind the
 	 * scan): the caller reads the rows below each run's head again once it
-	 * has locked the run (outbox_order_overtakes), when every such entry
+	 * has locked the run (outbox_order_locked_run), when every such entry
 	 * is in place.
 	 */
 	outbox_recipient_key(&keys[0], scan->open_index, BTEqualStrategyNumber,
@@ -872,14 +924,27 @@ outbox_low_water(Oid relid, text *recipient, bool create)
 	OutboxLowWater *lw;
 	bool		found;
 
+	/* a bounded memory: past the limit, all is forgotten at once */
+	if (outbox_low_waters != NULL && create &&
+		hash_get_num_entries(outbox_low_waters) >= OUTBOX_LOW_WATERS_MAX)
+	{
+		hash_destroy(outbox_low_waters);
+		outbox_low_waters = NULL;
+		MemoryContextReset(outbox_low_water_cxt);
+	}
 	if (outbox_low_waters == NULL)
 	{
 		HASHCTL		ctl;
 
+		if (outbox_low_water_cxt == NULL)
+			outbox_low_water_cxt = AllocSetContextCreate(TopMemoryContext,
+														 "delivery_outbox low waters",
+														 ALLOCSET_DEFAULT_SIZES);
 		ctl.keysize = sizeof(OutboxLowKey);
 		ctl.entrysize = sizeof(OutboxLowWater);
+		ctl.hcxt = outbox_low_water_cxt;
 		outbox_low_waters = hash_create("delivery_outbox low waters", 256,
-										&ctl, HASH_ELEM | HASH_BLOBS);
+										&ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 	}
 	memset(&key, 0, sizeof(key));
 	key.relid = relid;
@@ -893,7 +958,7 @@ outbox_low_water(Oid relid, text *recipient, bool create)
 	{
 		lw->epoch = 0;
 		lw->low = 0;
-		lw->recipient = (text *) MemoryContextAlloc(TopMemoryContext,
+		lw->recipient = (text *) MemoryContextAlloc(outbox_low_water_cxt,
 													VARSIZE_ANY(recipient));
 		memcpy(lw->recipient, recipient, VARSIZE_ANY(recipient));
 		return lw;

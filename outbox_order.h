@@ -44,6 +44,7 @@ extern int	outbox_order_locked_run(Relation rel, const OutboxColumns *cols,
 extern void outbox_order_wake_next(Relation rel, const OutboxColumns *cols,
 								   HeapTuple tuple, const char *channel);
 extern bool outbox_order_sequence(Oid relid, Oid *seqrelid);
+extern bool outbox_order_sequence_ok(Oid seqrelid);
 extern int64 outbox_order_next_id(Oid seqrelid);
 
 /* the statement trigger, and what it does, which the direct insert calls */

@@ -982,6 +982,33 @@ SELECT delivery_state = 'pending' FROM $O WHERE id = $k[2]}),
 	ack($node, $k[2], @m);
 }
 
+###########################################################################
+# A session's memory of where a recipient's open rows start (main: with the
+# preload) is forgotten when the outbox is configured: a row re-addressed
+# below it while the outbox was not ordered is the group's head again
+# (found by review: the cache outlived an ordered => false/true toggle).
+###########################################################################
+
+{
+	my $node = $main;
+	my $s = $node->background_psql('postgres');
+	my $q = sub { return $s->query_safe($_[0]); };
+	my $low = $q->(qq{SELECT outbox_enqueue('lw:other', 'k', 'x', outbox => '$O')});
+	my $first = $q->(qq{SELECT outbox_enqueue('lw:q', 'k', 'x', outbox => '$O')});
+	is($q->(qq{SELECT string_agg(id::text, ',') FROM outbox_claim(10, 'lw:q', outbox => '$O')}),
+		$first, 'low water: the recipient\'s head is claimed (its start remembered)');
+	$q->(qq{SELECT outbox_ack(ARRAY[$first]::bigint[], outbox => '$O')});
+	my $next = $q->(qq{SELECT outbox_enqueue('lw:q', 'k', 'x', outbox => '$O')});
+	$q->(qq{SELECT outbox_configure('$O', ordered => false)});
+	$q->(qq{UPDATE $O SET recipient = 'lw:q' WHERE id = $low});
+	$q->(qq{SELECT outbox_configure('$O', ordered => true)});
+	is($q->(qq{SELECT string_agg(id::text, ',' ORDER BY id) FROM outbox_claim(10, 'lw:q', outbox => '$O')}),
+		"$low,$next",
+		'low water: after ordered => false and true, the row re-addressed below it goes first');
+	$q->(qq{SELECT outbox_ack(ARRAY[$low, $next]::bigint[], outbox => '$O')});
+	$s->quit;
+}
+
 $main->stop;
 $plain->stop;
 done_testing();
