@@ -120,6 +120,10 @@ typedef struct OutboxMarkerEntry
 typedef struct OutboxMarkerSet
 {
 	TransactionId xid;			/* the (newest) transaction; Invalid: empty */
+	Oid			dboid;			/* its database; InvalidOid: history folded
+								 * from several (a slot reused by a backend
+								 * of another database), which applies to
+								 * every database */
 	bool		overflow;		/* more outboxes than entries: all marked */
 	int			nentries;
 	OutboxMarkerEntry entries[OUTBOX_MARKER_TABLES];
@@ -276,6 +280,7 @@ outbox_marker_open(Oid relid, int64 bound, bool window)
 		memset(outbox_depth, 0, sizeof(outbox_depth));
 		memset(outbox_windowed, 0, sizeof(outbox_windowed));
 		outbox_my_set.xid = xid;
+		outbox_my_set.dboid = MyDatabaseId;
 		outbox_nopen = 0;
 		outbox_open_lost = false;
 		outbox_marking = true;
@@ -454,8 +459,8 @@ outbox_marker_horizon(Oid relid, int64 horizon, Snapshot snapshot)
 		int64		cur_bound;
 		int64		prev_bound;
 
-		if (slot->dboid != MyDatabaseId)
-			continue;			/* set once, never changes: no lock needed */
+		if (!OidIsValid(slot->dboid))
+			continue;			/* never used */
 		SpinLockAcquire(&slot->mutex);
 		live = slot->live;
 		cur_xid = slot->cur.xid;
@@ -512,9 +517,9 @@ outbox_marker_window(Oid relid)
 		int			e;
 
 		if (slot->dboid != MyDatabaseId)
-			continue;
+			continue;			/* a live set is its owner's database's */
 		SpinLockAcquire(&slot->mutex);
-		if (slot->live)
+		if (slot->live && slot->cur.dboid == MyDatabaseId)
 		{
 			if (slot->cur.overflow)
 				window = Min(window, OUTBOX_MARK_ALL);
@@ -723,6 +728,11 @@ outbox_fold_markers(OutboxMarkerSlot *slot)
 	if (TransactionIdIsValid(cur.xid) &&
 		!GlobalVisCheckRemovableXid(NULL, cur.xid))
 	{
+		/* history of another database (the slot's last owner) stays valid */
+		if (!TransactionIdIsValid(prev.xid))
+			prev.dboid = cur.dboid;
+		else if (prev.dboid != cur.dboid)
+			prev.dboid = InvalidOid;
 		prev.xid = cur.xid;
 		prev.overflow |= cur.overflow;
 		for (i = 0; i < cur.nentries; i++)
@@ -771,7 +781,8 @@ outbox_set_bound(const OutboxMarkerSet *set, Oid relid)
 	int64		bound = OUTBOX_NO_WINDOW;
 	int			e;
 
-	if (!TransactionIdIsValid(set->xid))
+	if (!TransactionIdIsValid(set->xid) ||
+		(OidIsValid(set->dboid) && set->dboid != MyDatabaseId))
 		return bound;
 	if (set->overflow)
 		bound = OUTBOX_MARK_ALL;
