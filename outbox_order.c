@@ -91,6 +91,7 @@ typedef struct OutboxOrderInfo
 	Oid			open_index;		/* (recipient, id) of open rows */
 	Oid			delivered_index;	/* (recipient, id) of delivered rows */
 	Oid			in_flight_index;	/* (delivered_at) of delivered rows */
+	bool		ordered;		/* the outbox's setting (the registry's) */
 } OutboxOrderInfo;
 
 /* A group with a run in flight, when the claim lists them all. */
@@ -248,18 +249,13 @@ outbox_insert_statement(PG_FUNCTION_ARGS)
 void
 outbox_order_statement_start(Relation rel)
 {
-	bool		ordered = outbox_is_ordered != NULL &&
-		outbox_is_ordered(RelationGetRelid(rel));
+	OutboxOrderInfo *info = outbox_order_info(rel);
 
-	if (outbox_marker_needs_bound(RelationGetRelid(rel), ordered))
-	{
-		Oid			seqrelid = outbox_order_info(rel)->seqrelid;
-
+	if (outbox_marker_needs_bound(RelationGetRelid(rel), info->ordered))
 		outbox_marker_open(RelationGetRelid(rel),
-						   OidIsValid(seqrelid) ?
-						   outbox_order_next_id(seqrelid) : 1,
-						   ordered);
-	}
+						   OidIsValid(info->seqrelid) ?
+						   outbox_order_next_id(info->seqrelid) : 1,
+						   info->ordered);
 }
 
 /*
@@ -283,7 +279,8 @@ outbox_order_statement_end(Relation rel)
 int64
 outbox_order_next_id(Oid seqrelid)
 {
-	Relation	seqrel = relation_open(seqrelid, AccessShareLock);
+	/* nextval's lock mode: the statement about to draw holds it anyway */
+	Relation	seqrel = relation_open(seqrelid, RowExclusiveLock);
 	Buffer		buf;
 	Page		page;
 	ItemId		lp;
@@ -305,7 +302,7 @@ outbox_order_next_id(Oid seqrelid)
 	last = seq->last_value;
 	called = seq->is_called;
 	UnlockReleaseBuffer(buf);
-	relation_close(seqrel, AccessShareLock);
+	relation_close(seqrel, NoLock);
 
 	if (!called)
 		return last;
@@ -699,6 +696,8 @@ outbox_order_info(Relation rel)
 	info->open_index = InvalidOid;
 	info->delivered_index = InvalidOid;
 	info->in_flight_index = InvalidOid;
+	/* outbox_configure invalidates the table when the setting changes */
+	info->ordered = outbox_is_ordered != NULL && outbox_is_ordered(relid);
 	indexes = RelationGetIndexList(rel);
 	foreach(lc, indexes)
 	{
