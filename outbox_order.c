@@ -176,6 +176,10 @@ typedef struct OutboxScan
 PG_FUNCTION_INFO_V1(outbox_insert_statement);
 
 static OutboxOrderInfo *outbox_order_info(Relation rel);
+static void outbox_scan_init(OutboxScan *scan, Relation rel,
+							 const OutboxColumns *cols, bool by_tenant,
+							 text *tenant, TimestampTz now, bool has_ttl,
+							 TimestampTz ttl_cutoff);
 static void outbox_scan_recipient(OutboxScan *scan, text *recipient);
 static text *outbox_next_recipient(OutboxScan *scan, text *after);
 static bool outbox_next_entry(OutboxScan *scan, IndexScanDesc iscan,
@@ -379,14 +383,8 @@ outbox_order_heads(Relation rel, const OutboxColumns *cols,
 	heads->tenant = palloc(sizeof(text *) * max_rows);
 	heads->low = palloc(sizeof(int64) * max_rows);
 
-	memset(&scan, 0, sizeof(scan));
-	scan.rel = rel;
-	scan.cols = cols;
-	scan.by_tenant = by_tenant;
-	scan.tenant = tenant;
-	scan.now = now;
-	scan.has_ttl = has_ttl;
-	scan.ttl_cutoff = ttl_cutoff;
+	outbox_scan_init(&scan, rel, cols, by_tenant, tenant, now, has_ttl,
+					 ttl_cutoff);
 	scan.max_rows = max_rows;
 	scan.heads = heads;
 	/*
@@ -411,7 +409,6 @@ outbox_order_heads(Relation rel, const OutboxColumns *cols,
 	scan.next_id = outbox_order_next_id(info->seqrelid);
 	scan.window = Min(outbox_marker_window(RelationGetRelid(rel)),
 					  scan.next_id - 1);
-	InitDirtySnapshot(scan.dirty);
 	scan.open_index = index_open(info->open_index, AccessShareLock);
 	scan.slot = table_slot_create(rel, NULL);
 
@@ -506,16 +503,8 @@ outbox_order_locked_run(Relation rel, const OutboxColumns *cols,
 	OutboxEntry entry;
 	int			ok = 0;
 
-	memset(&scan, 0, sizeof(scan));
-	scan.rel = rel;
-	scan.cols = cols;
-	scan.by_tenant = true;
-	scan.tenant = tenant;
-	scan.now = now;
-	scan.has_ttl = has_ttl;
-	scan.ttl_cutoff = ttl_cutoff;
+	outbox_scan_init(&scan, rel, cols, true, tenant, now, has_ttl, ttl_cutoff);
 	scan.window = PG_INT64_MAX;
-	InitDirtySnapshot(scan.dirty);
 	scan.open_index = index_open(info->open_index, AccessShareLock);
 	scan.slot = table_slot_create(rel, NULL);
 	outbox_recipient_key(&keys[0], scan.open_index, BTEqualStrategyNumber,
@@ -725,6 +714,29 @@ outbox_order_info(Relation rel)
 	list_free(indexes);
 	info->valid = true;
 	return info;
+}
+
+/*
+ * outbox_scan_init
+ *
+ * A claim's scan of rel, before its indexes are opened: of one tenant's
+ * rows when by_tenant, with the expiry rules of now (and the ttl's cutoff
+ * when has_ttl).
+ */
+static void
+outbox_scan_init(OutboxScan *scan, Relation rel, const OutboxColumns *cols,
+				 bool by_tenant, text *tenant, TimestampTz now, bool has_ttl,
+				 TimestampTz ttl_cutoff)
+{
+	memset(scan, 0, sizeof(*scan));
+	scan->rel = rel;
+	scan->cols = cols;
+	scan->by_tenant = by_tenant;
+	scan->tenant = tenant;
+	scan->now = now;
+	scan->has_ttl = has_ttl;
+	scan->ttl_cutoff = ttl_cutoff;
+	InitDirtySnapshot(scan->dirty);
 }
 
 /*
