@@ -1,9 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * outbox_order.h
- *		Ordered delivery's reads of an outbox: its recipients' heads, found
- *		with a dirty snapshot and the insert markers; the statement trigger
- *		that marks inserts; the id sequence's position.
+ *		What ordered delivery and the insert markers know of an outbox
+ *		table: the markers' statement trigger, the id sequence's position,
+ *		the indexes and setting of the outbox.
  *
  * Copyright (c) 2026, delivery_outbox developers
  *
@@ -17,32 +17,22 @@
 
 #include "fmgr.h"
 #include "utils/relcache.h"
-#include "utils/timestamp.h"
 
 #include "outbox_trigger.h"
 
-/* What an ordered claim may hand out: runs of rows, one per group. */
-typedef struct OutboxHeads
+/* What ordered delivery knows of one outbox, found once per backend. */
+typedef struct OutboxOrderInfo
 {
-	int			n;				/* rows */
-	int64	   *ids;			/* each run's rows in id order */
-	int		   *group;			/* the run each row belongs to */
-	text	  **recipient;		/* each row's */
-	text	  **tenant;			/* each row's, NULL for the NULL tenant */
-	int64	   *low;			/* where its recipient's scan started */
-} OutboxHeads;
+	Oid			relid;			/* hash key */
+	bool		valid;
+	Oid			seqrelid;		/* the id's sequence, or InvalidOid */
+	Oid			open_index;		/* (recipient, id) of open rows */
+	Oid			delivered_index;	/* (recipient, id) of delivered rows */
+	Oid			in_flight_index;	/* (delivered_at) of delivered rows */
+	bool		ordered;		/* the outbox's setting (the registry's) */
+} OutboxOrderInfo;
 
-extern void outbox_order_heads(Relation rel, const OutboxColumns *cols,
-							   text *recipient, bool by_tenant, text *tenant,
-							   TimestampTz now, bool has_ttl,
-							   TimestampTz ttl_cutoff, int max_rows,
-							   OutboxHeads *heads);
-extern int	outbox_order_locked_run(Relation rel, const OutboxColumns *cols,
-									text *recipient, text *tenant, int64 low,
-									const int64 *run, int n, TimestampTz now,
-									bool has_ttl, TimestampTz ttl_cutoff);
-extern void outbox_order_wake_next(Relation rel, const OutboxColumns *cols,
-								   HeapTuple tuple, const char *channel);
+extern OutboxOrderInfo *outbox_order_info(Relation rel);
 extern bool outbox_order_sequence(Oid relid, Oid *seqrelid);
 extern bool outbox_order_sequence_ok(Oid seqrelid);
 extern int64 outbox_order_next_id(Oid seqrelid);

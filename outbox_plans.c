@@ -26,7 +26,7 @@
 #include "utils/timestamp.h"
 
 #include "delivery_outbox.h"
-#include "outbox_order.h"
+#include "outbox_heads.h"
 #include "outbox_plans.h"
 #include "outbox_shmem.h"
 #include "outbox_table.h"
@@ -497,7 +497,7 @@ outbox_claim_ordered(OutboxTable *table, int64 max_rows, text *recipient,
 		/*
 		 * Each run as locked, read again: nothing of its group between its
 		 * rows, or below its head, may have slipped past the first scan
-		 * while it changed (outbox_order.c).
+		 * while it changed (outbox_heads.c).
 		 */
 		run = palloc(sizeof(int64) * heads.n);
 		for (i = 0; i < heads.n; i++)

@@ -560,7 +560,7 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		OUTBOX_SAME_SQL
 	},
 	/*
-	 * An ordered claim (outbox_order.c chose the rows): lock what is still
+	 * An ordered claim (outbox_heads.c chose the rows): lock what is still
 	 * pending, skipping locked rows; then, of each run, only the rows
 	 * locked from its head on are claimed.  $1 ids.
 	 */
