@@ -46,6 +46,7 @@
 #include "utils/varlena.h"
 
 #include "delivery_outbox.h"
+#include "outbox_heads.h"
 #include "outbox_insert.h"
 #include "outbox_markers.h"
 #include "outbox_order.h"
@@ -195,6 +196,7 @@ _PG_init(void)
 	CacheRegisterRelcacheCallback(outbox_trigger_relcache_callback, (Datum) 0);
 	CacheRegisterRelcacheCallback(outbox_insert_relcache_callback, (Datum) 0);
 	CacheRegisterRelcacheCallback(outbox_order_relcache_callback, (Datum) 0);
+	CacheRegisterRelcacheCallback(outbox_heads_relcache_callback, (Datum) 0);
 	CacheRegisterSyscacheCallback(NAMESPACEOID, outbox_table_syscache_callback,
 								  (Datum) 0);
 	CacheRegisterSyscacheCallback(PROCOID, outbox_insert_syscache_callback,
@@ -209,6 +211,7 @@ _PG_init(void)
 	outbox_channel_lookup = outbox_default_channel;
 	outbox_wake_next = outbox_order_wake_next;
 	outbox_is_ordered = outbox_table_is_ordered;
+	outbox_rel_ordered = outbox_order_is_ordered;
 
 	if (process_shared_preload_libraries_in_progress)
 		outbox_init_preloaded();

@@ -196,6 +196,19 @@ outbox_order_sequence(Oid relid, Oid *seqrelid)
 }
 
 /*
+ * outbox_order_is_ordered
+ *
+ * For the triggers (outbox_rel_ordered): whether rel is an ordered outbox,
+ * as found once and kept until the table is invalidated (outbox_configure
+ * does so when the setting changes).
+ */
+bool
+outbox_order_is_ordered(Relation rel)
+{
+	return outbox_order_info(rel)->ordered;
+}
+
+/*
  * outbox_order_relcache_callback
  *
  * Forget what was found of a relation (its indexes, its sequence).

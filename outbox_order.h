@@ -33,6 +33,7 @@ typedef struct OutboxOrderInfo
 } OutboxOrderInfo;
 
 extern OutboxOrderInfo *outbox_order_info(Relation rel);
+extern bool outbox_order_is_ordered(Relation rel);
 extern bool outbox_order_sequence(Oid relid, Oid *seqrelid);
 extern bool outbox_order_sequence_ok(Oid seqrelid);
 extern int64 outbox_order_next_id(Oid seqrelid);

@@ -79,6 +79,7 @@ OutboxCounter outbox_requeue_counter = OUTBOX_COUNT_RECLAIMED;
 /* Set by _PG_init: wake an ordered outbox's group when its run ended. */
 outbox_wake_next_type outbox_wake_next = NULL;
 outbox_is_ordered_type outbox_is_ordered = NULL;
+outbox_rel_ordered_type outbox_rel_ordered = NULL;
 OutboxCounter outbox_delete_counter = OUTBOX_COUNT_PURGED;
 
 /*
@@ -538,8 +539,8 @@ outbox_trigger_channel(Trigger *trigger, int argno)
 static bool
 outbox_trigger_ordered(Relation rel)
 {
-	return outbox_is_ordered != NULL && outbox_wake_next != NULL &&
-		outbox_is_ordered(RelationGetRelid(rel));
+	return outbox_rel_ordered != NULL && outbox_wake_next != NULL &&
+		outbox_rel_ordered(rel);
 }
 
 /*

@@ -84,6 +84,10 @@ extern outbox_wake_next_type outbox_wake_next;
 typedef bool (*outbox_is_ordered_type) (Oid relid);
 extern outbox_is_ordered_type outbox_is_ordered;
 
+/* Set by _PG_init: the same, kept per backend until the table changes. */
+typedef bool (*outbox_rel_ordered_type) (Relation rel);
+extern outbox_rel_ordered_type outbox_rel_ordered;
+
 /* registered by _PG_init */
 extern void outbox_trigger_relcache_callback(Datum arg, Oid relid);
 
