@@ -39,7 +39,16 @@ CREATE TABLE delivery_outbox_registry (
     -- the dead-letter table (NULL for the default outbox: delivery_outbox_dead)
     dead              regclass,
     -- per-recipient ordered delivery (docs/ordered-delivery.md)
-    ordered           boolean NOT NULL DEFAULT false
+    ordered           boolean NOT NULL DEFAULT false,
+    -- how long acked rows are kept (NULL: delivery_outbox.retain_acked)
+    retain_acked      interval
+                      CONSTRAINT delivery_outbox_registry_retain_acked_check
+                      CHECK (retain_acked OPERATOR(pg_catalog.>=) '0'),
+    -- ids per partition of a partitioned outbox (docs/partitions.md); NULL:
+    -- not partitioned
+    partition_rows    bigint
+                      CONSTRAINT delivery_outbox_registry_partition_rows_check
+                      CHECK (partition_rows OPERATOR(pg_catalog.>) 0)
 );
 
 COMMENT ON TABLE delivery_outbox_registry IS
@@ -182,13 +191,30 @@ REVOKE ALL ON FUNCTION outbox_calling_role() FROM PUBLIC;
 REVOKE ALL ON FUNCTION outbox_invalidate(regclass) FROM PUBLIC;
 
 --
--- outbox_create(schema_name, table_name, channel): a new outbox with the
--- default outbox's columns, defaults, constraints, indexes and triggers,
--- owned by the calling role, which needs CREATE on the schema.
+-- outbox_partitions_ahead(tbl): make the missing partitions of partitioned
+-- outbox tbl, from the one of its sequence's next id through the one after
+-- it, as its owner; the worker and the enqueue functions do the same.
+-- Returns how many were made.  Not for direct use.
+--
+CREATE FUNCTION outbox_partitions_ahead(tbl regclass)
+RETURNS integer
+AS 'MODULE_PATHNAME', 'outbox_partitions_ahead'
+LANGUAGE C VOLATILE STRICT;
+
+REVOKE ALL ON FUNCTION outbox_partitions_ahead(regclass) FROM PUBLIC;
+
+--
+-- outbox_create(schema_name, table_name, channel, partition_rows): a new
+-- outbox with the default outbox's columns, defaults, constraints, indexes
+-- and triggers, owned by the calling role, which needs CREATE on the
+-- schema.  With partition_rows, the table is partitioned by id range,
+-- partition_rows ids per partition, and the first two partitions are made
+-- (docs/partitions.md).
 --
 CREATE FUNCTION outbox_create(schema_name name,
                               table_name name DEFAULT 'delivery_outbox',
-                              channel text DEFAULT NULL)
+                              channel text DEFAULT NULL,
+                              partition_rows bigint DEFAULT NULL)
 RETURNS regclass
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -205,6 +231,11 @@ BEGIN
     IF channel IS NOT NULL AND (channel = '' OR octet_length(channel) >= 64) THEN
         RAISE EXCEPTION 'channel must be a non-empty name shorter than 64 bytes'
             USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF partition_rows < 1 THEN
+        RAISE EXCEPTION 'partition_rows must be positive'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass NULL for an outbox that is not partitioned.';
     END IF;
     IF NOT EXISTS (SELECT FROM pg_namespace WHERE nspname = schema_name) THEN
         RAISE EXCEPTION 'schema "%" does not exist', schema_name
@@ -234,13 +265,21 @@ BEGIN
             expires_at        timestamptz,
             dedup_key         text,
             last_error        text
-        )$ddl$, tbl);
+        )%2$s$ddl$, tbl,
+        CASE WHEN partition_rows IS NOT NULL THEN ' PARTITION BY RANGE (id)' ELSE '' END);
     t := tbl::regclass;
     PERFORM @extschema@.outbox_make_outbox(t, channel, 'created');
     EXECUTE format('ALTER TABLE %s OWNER TO %s', t, caller);
     EXECUTE format('ALTER TABLE %s OWNER TO %s',
                    (SELECT r.dead FROM @extschema@.delivery_outbox_registry r
                      WHERE r.outbox = t), caller);
+    IF partition_rows IS NOT NULL THEN
+        UPDATE @extschema@.delivery_outbox_registry r
+           SET partition_rows = outbox_create.partition_rows WHERE r.outbox = t;
+        PERFORM @extschema@.outbox_invalidate(t);
+        -- the first partitions, made by (and owned by) the outbox's owner
+        PERFORM @extschema@.outbox_partitions_ahead(t);
+    END IF;
     RETURN t;
 END
 $$;
@@ -397,6 +436,7 @@ DECLARE
     seq text;
     top bigint;
     last_id bigint;
+    partitioned boolean := (SELECT relkind = 'p' FROM pg_class WHERE oid = tbl);
 BEGIN
     FOR col IN
         SELECT * FROM (VALUES
@@ -427,19 +467,20 @@ BEGIN
         idxname := left(rel, 63 - length(idx.suffix) - 1) || '_' || idx.suffix;
         IF to_regclass(format('%I.%I', nsp, idxname)) IS NULL THEN
             EXECUTE format('CREATE %sINDEX %I ON %s %s',
-                           CASE WHEN idx.suffix = 'dedup_idx' THEN 'UNIQUE ' ELSE '' END,
+                           CASE WHEN idx.suffix = 'dedup_idx' AND NOT partitioned THEN 'UNIQUE ' ELSE '' END,
                            idxname, tbl, idx.def);
         ELSIF NOT EXISTS (SELECT FROM pg_index
                            WHERE indexrelid = to_regclass(format('%I.%I', nsp, idxname))
                              AND indrelid = tbl) THEN
             -- the name is another relation's: PostgreSQL picks a free one
             EXECUTE format('CREATE %sINDEX ON %s %s',
-                           CASE WHEN idx.suffix = 'dedup_idx' THEN 'UNIQUE ' ELSE '' END,
+                           CASE WHEN idx.suffix = 'dedup_idx' AND NOT partitioned THEN 'UNIQUE ' ELSE '' END,
                            tbl, idx.def);
         END IF;
     END LOOP;
-    -- dedup keys need exactly this index (ON CONFLICT infers it)
-    IF NOT EXISTS (SELECT FROM pg_index i
+    -- dedup keys need exactly this index (ON CONFLICT infers it); a
+    -- partitioned table cannot have it: its state guard takes the keys
+    IF NOT partitioned AND NOT EXISTS (SELECT FROM pg_index i
                     WHERE i.indrelid = tbl AND i.indisunique AND i.indisvalid
                       AND pg_get_indexdef(i.indexrelid)
                           ~ '\(recipient, dedup_key\) WHERE \(dedup_key IS NOT NULL\)$') THEN
@@ -485,7 +526,9 @@ CREATE VIEW delivery_outbox_tables AS
            r.ttl,
            coalesce(r.ordered, false) AS ordered,
            coalesce(r.dead, CASE WHEN o.outbox OPERATOR(pg_catalog.=) 'delivery_outbox'::regclass
-                                 THEN 'delivery_outbox_dead'::regclass END) AS dead_table
+                                 THEN 'delivery_outbox_dead'::regclass END) AS dead_table,
+           r.retain_acked,
+           r.partition_rows
       FROM (SELECT 'delivery_outbox'::regclass AS outbox
             UNION ALL
             SELECT outbox FROM delivery_outbox_registry
@@ -493,7 +536,7 @@ CREATE VIEW delivery_outbox_tables AS
       LEFT JOIN delivery_outbox_registry r ON r.outbox OPERATOR(pg_catalog.=) o.outbox;
 
 REVOKE ALL ON TABLE delivery_outbox_tables FROM PUBLIC;
-REVOKE ALL ON FUNCTION outbox_create(name, name, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION outbox_create(name, name, text, bigint) FROM PUBLIC;
 
 --
 -- outbox_check_relation(tbl) and outbox_require_owner(tbl): the checks
@@ -746,7 +789,8 @@ CREATE FUNCTION outbox_configure(tbl regclass, channel text DEFAULT NULL,
                                  backoff_base interval DEFAULT NULL,
                                  backoff_max interval DEFAULT NULL,
                                  ttl interval DEFAULT NULL,
-                                 ordered boolean DEFAULT NULL)
+                                 ordered boolean DEFAULT NULL,
+                                 retain_acked interval DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -795,6 +839,17 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'ttl => ''0'' means no expiry.';
     END IF;
+    IF outbox_configure.retain_acked > interval '1000 years' THEN
+        RAISE EXCEPTION 'retain_acked must not exceed 1000 years'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'retain_acked => ''-1 second'' (any negative interval) makes delivery_outbox.retain_acked apply.';
+    END IF;
+    IF outbox_configure.ordered AND
+       (SELECT relkind FROM pg_class WHERE oid = tbl) = 'p' THEN
+        RAISE EXCEPTION 'a partitioned outbox cannot be ordered'
+            USING ERRCODE = 'feature_not_supported',
+                  DETAIL = format('Outbox %s is partitioned; ordered claims read one index of the whole table.', tbl);
+    END IF;
     IF outbox_configure.ordered THEN
         -- the horizon and the markers read the id sequence's position
         seq := pg_get_serial_sequence(tbl::text, 'id')::regclass;
@@ -812,7 +867,8 @@ BEGIN
         END IF;
     END IF;
     IF channel IS NULL AND max_attempts IS NULL AND backoff_base IS NULL
-       AND backoff_max IS NULL AND ttl IS NULL AND outbox_configure.ordered IS NULL THEN
+       AND backoff_max IS NULL AND ttl IS NULL AND outbox_configure.ordered IS NULL
+       AND outbox_configure.retain_acked IS NULL THEN
         RETURN;
     END IF;
     IF is_default THEN
@@ -826,7 +882,10 @@ BEGIN
            backoff_base = coalesce(outbox_configure.backoff_base, r.backoff_base),
            backoff_max = coalesce(outbox_configure.backoff_max, r.backoff_max),
            ttl = CASE WHEN outbox_configure.ttl IS NULL THEN r.ttl
-                      ELSE nullif(outbox_configure.ttl, interval '0') END
+                      ELSE nullif(outbox_configure.ttl, interval '0') END,
+           retain_acked = CASE WHEN outbox_configure.retain_acked IS NULL THEN r.retain_acked
+                               WHEN outbox_configure.retain_acked < interval '0' THEN NULL
+                               ELSE outbox_configure.retain_acked END
      WHERE r.outbox = tbl;
     IF channel IS NOT NULL THEN
         chan := nullif(channel, '');
@@ -873,7 +932,7 @@ $$;
 
 REVOKE ALL ON FUNCTION outbox_attach(regclass, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION outbox_detach(regclass) FROM PUBLIC;
-REVOKE ALL ON FUNCTION outbox_configure(regclass, text, integer, interval, interval, interval, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION outbox_configure(regclass, text, integer, interval, interval, interval, boolean, interval) FROM PUBLIC;
 
 --
 -- Every function gains a last argument "outbox regclass DEFAULT NULL": the

@@ -50,6 +50,7 @@
 #include "outbox_insert.h"
 #include "outbox_markers.h"
 #include "outbox_order.h"
+#include "outbox_partitions.h"
 #include "outbox_shmem.h"
 #include "outbox_table.h"
 #include "outbox_trigger.h"
@@ -181,6 +182,15 @@ _PG_init(void)
 							-1, -1, INT_MAX,
 							PGC_SIGHUP,
 							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable(OUTBOX_GUC_PREFIX ".partition_lock_timeout",
+							"How long a partition drop waits for its lock on a partitioned outbox.",
+							"Producers and relays queue behind a waiting drop for this long at most; a drop that does not get the lock in time is left for the next sweep.",
+							&outbox_partition_lock_timeout,
+							100, 1, 60000,
+							PGC_USERSET,
+							GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable(OUTBOX_GUC_PREFIX ".deferred_batch_delay",

@@ -37,6 +37,7 @@
 #include "delivery_outbox.h"
 #include "outbox_args.h"
 #include "outbox_insert.h"
+#include "outbox_partitions.h"
 #include "outbox_plans.h"
 #include "outbox_shmem.h"
 #include "outbox_table.h"
@@ -131,6 +132,8 @@ outbox_enqueue(PG_FUNCTION_ARGS)
 						  values[6], nulls[6] == 'n', 0);
 
 	t = outbox_target(fcinfo, 7, ACL_INSERT);
+	if (outbox_table_partitioned(t))
+		(void) outbox_partitions_make(t, 1);
 	if (outbox_insert_row(t, values, nulls, &id, &conflict) && !conflict)
 		PG_RETURN_INT64(id);
 	/* a key already taken: its holder's id comes from the loop below */
@@ -492,9 +495,16 @@ Datum
 outbox_purge(PG_FUNCTION_ARGS)
 {
 	TimestampTz cutoff = DatumGetTimestampTz(outbox_cutoff(fcinfo, 0));
+	OutboxTable *t = outbox_target(fcinfo, 1, ACL_DELETE);
+	int64		dropped = 0;
 
-	PG_RETURN_INT64((int64) outbox_purge_rows(outbox_target(fcinfo, 1, ACL_DELETE),
-										 cutoff, 0));
+	/* a partitioned outbox drops what it can, then deletes */
+	if (outbox_table_partitioned(t))
+	{
+		(void) outbox_partitions_drop(t, cutoff, INT_MAX, &dropped);
+		(void) outbox_partitions_make(t, 0);
+	}
+	PG_RETURN_INT64(dropped + (int64) outbox_purge_rows(t, cutoff, 0));
 }
 
 
@@ -582,6 +592,8 @@ outbox_enqueue_batch(PG_FUNCTION_ARGS)
 	tupstore = outbox_begin_srf(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
 	if (n[0] == 0)
 		return (Datum) 0;
+	if (outbox_table_partitioned(t))
+		(void) outbox_partitions_make(t, n[0]);
 
 	outbox_spi_connect();
 	outbox_execute(t, keyed ? OUTBOX_PLAN_ENQUEUE_BATCH_DEDUP : OUTBOX_PLAN_ENQUEUE_BATCH,

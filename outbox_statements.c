@@ -35,7 +35,8 @@
 
 static SPIPlanPtr outbox_plan(OutboxTable *table, OutboxPlanId id);
 static char *outbox_plan_text(const char *template, const char *name,
-							  const char *row_expr, const char *dead);
+							  const char *row_expr, const char *dead,
+							  bool partitioned);
 
 StaticAssertDecl(OUTBOX_NUM_PLANS <= OUTBOX_NUM_PLANS_MAX,
 				 "OUTBOX_NUM_PLANS_MAX is too small");
@@ -130,7 +131,7 @@ typedef struct OutboxPlanDef
 #define OUTBOX_ACK_LOCK_SQL(filter) \
 	"SELECT id, delivery_state OPERATOR(pg_catalog.=) 'pending'" \
 	" FROM %1$s" \
-	" WHERE id OPERATOR(pg_catalog.=) ANY ($1)" \
+	" WHERE id OPERATOR(pg_catalog.=) ANY ($1)%P1" \
 	" AND NOT pg_catalog.texteq(delivery_state, 'acked')" filter \
 	" ORDER BY id FOR UPDATE"
 
@@ -245,8 +246,11 @@ typedef struct OutboxPlanDef
 	"recipient, kind, payload, tenant_id, not_before, expires_at, dedup_key"
 #define OUTBOX_ENQUEUE_ARGS \
 	{TEXTOID, TEXTOID, BYTEAOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID}
-#define OUTBOX_DEDUP_CONFLICT \
-	" ON CONFLICT (recipient, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING"
+/* expands to OUTBOX_KEY_CONFLICT, or for a partitioned outbox to this: */
+#define OUTBOX_DEDUP_CONFLICT	" %K"
+#define OUTBOX_KEY_CONFLICT \
+	"ON CONFLICT (recipient, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING"
+#define OUTBOX_PARTITIONED_KEY_CONFLICT	"ON CONFLICT DO NOTHING"
 #define OUTBOX_ENQUEUE_BATCH_SQL(conflict) \
 	"INSERT INTO %1$s (" OUTBOX_INSERT_COLUMNS ")" \
 	" SELECT r, k, p, t, nb, ea, dk" \
@@ -333,14 +337,14 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 	},
 	[OUTBOX_PLAN_ACK_DELIVER] = {
 		"UPDATE %1$s SET delivery_state = 'delivered'"
-		" WHERE id OPERATOR(pg_catalog.=) ANY ($1)"
+		" WHERE id OPERATOR(pg_catalog.=) ANY ($1)%P1"
 		" AND pg_catalog.texteq(delivery_state, 'pending')",
 		{INT8ARRAYOID},
 		OUTBOX_SAME_SQL
 	},
 	[OUTBOX_PLAN_ACK_FINISH] = {
 		"UPDATE %1$s SET delivery_state = 'acked'"
-		" WHERE id OPERATOR(pg_catalog.=) ANY ($1)"
+		" WHERE id OPERATOR(pg_catalog.=) ANY ($1)%P1"
 		" AND pg_catalog.texteq(delivery_state, 'delivered')",
 		{INT8ARRAYOID},
 		OUTBOX_SAME_SQL
@@ -348,7 +352,7 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 	/* $6 ids, $7 retry_after, $8 error */
 	[OUTBOX_PLAN_RELEASE] = {
 		OUTBOX_REQUEUE_SQL("SELECT " OUTBOX_LOCKED_COLUMNS " FROM %1$s"
-						   " WHERE id OPERATOR(pg_catalog.=) ANY ($6)"
+						   " WHERE id OPERATOR(pg_catalog.=) ANY ($6)%P6"
 						   " AND pg_catalog.texteq(delivery_state, 'delivered')"
 						   " ORDER BY id FOR UPDATE",
 						   "CASE WHEN $7 IS NOT NULL"
@@ -416,7 +420,7 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 	[OUTBOX_PLAN_REJECT] = {
 		"WITH l AS ("
 		"SELECT id FROM %1$s"
-		" WHERE id OPERATOR(pg_catalog.=) ANY ($2)"
+		" WHERE id OPERATOR(pg_catalog.=) ANY ($2)%P2"
 		" AND pg_catalog.texteq(delivery_state, 'delivered')"
 		" ORDER BY id FOR UPDATE),"
 		" d AS (DELETE FROM %1$s o USING l"
@@ -586,12 +590,14 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
  * outbox_plan_text
  *
  * A statement's text for one table: %1$s replaced by its name, %2$s by its
- * row expression, %3$s by its dead-letter table's name.  (Not printf: a
+ * row expression, %3$s by its dead-letter table's name, %K by the ON
+ * CONFLICT clause of a dedup_key, and %P<n> by nothing, or on a partitioned
+ * table by the range of the ids of the array $<n>.  (Not printf: a
  * statement need not use every one of them.)
  */
 static char *
 outbox_plan_text(const char *template, const char *name, const char *row_expr,
-				 const char *dead)
+				 const char *dead, bool partitioned)
 {
 	StringInfoData buf;
 	const char *p;
@@ -605,6 +611,30 @@ outbox_plan_text(const char *template, const char *name, const char *row_expr,
 			appendStringInfoString(&buf, p[1] == '1' ? name :
 								   p[1] == '2' ? row_expr : dead);
 			p += 3;
+		}
+		else if (p[0] == '%' && p[1] == 'K')
+		{
+			appendStringInfoString(&buf, partitioned ?
+								   OUTBOX_PARTITIONED_KEY_CONFLICT :
+								   OUTBOX_KEY_CONFLICT);
+			p++;
+		}
+		else if (p[0] == '%' && p[1] == 'P' && p[2] >= '1' && p[2] <= '9')
+		{
+			/*
+			 * Rows by id of a partitioned outbox: the range of the ids too,
+			 * which prunes the scans to the partitions holding them.  "id =
+			 * ANY ($n)" alone prunes only at plan time, never in a kept
+			 * generic plan.
+			 */
+			if (partitioned)
+				appendStringInfo(&buf,
+								 " AND id OPERATOR(pg_catalog.>=)"
+								 " (SELECT pg_catalog.min(i) FROM pg_catalog.unnest($%c) i)"
+								 " AND id OPERATOR(pg_catalog.<=)"
+								 " (SELECT pg_catalog.max(i) FROM pg_catalog.unnest($%c) i)",
+								 p[2], p[2]);
+			p += 2;
 		}
 		else
 			appendStringInfoChar(&buf, *p);
@@ -664,7 +694,8 @@ outbox_plan(OutboxTable *table, OutboxPlanId id)
 				 errhint("Its dead-letter table was dropped: detach the outbox and attach it again to recreate it.")));
 	sql = outbox_plan_text(sql_text, outbox_table_name(table),
 						   outbox_table_row_expr(table),
-						   outbox_table_dead_name(table));
+						   outbox_table_dead_name(table),
+						   outbox_table_partitioned(table));
 
 	save_nestlevel = NewGUCNestLevel();
 	(void) set_config_option("search_path", "pg_catalog, pg_temp",

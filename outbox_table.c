@@ -73,6 +73,7 @@ struct OutboxTable
 	bool		utc;			/* timestamps are "timestamp", read as UTC */
 	bool		has_policy;		/* has the delivery policy's columns (1.2) */
 	bool		registered;		/* made or attached: in the registry */
+	bool		partitioned;	/* a partitioned table */
 	char	   *channel;		/* its own channel, or NULL: the GUC's */
 	OutboxPolicy policy;		/* its delivery policy */
 	Oid			dead_relid;		/* its dead-letter table, or InvalidOid */
@@ -92,6 +93,10 @@ static bool outbox_registry_row(Oid relid, char **channel,
 static void outbox_policy_defaults(OutboxPolicy *policy);
 static Oid	outbox_member_table(Oid ext_oid);
 static Oid	outbox_extension_table(void);
+
+/* An outbox is a table, or a table partitioned by id (docs/partitions.md). */
+#define outbox_relkind_ok(relkind) \
+	((relkind) == RELKIND_RELATION || (relkind) == RELKIND_PARTITIONED_TABLE)
 
 /* The tables this backend knows, by OID (in TopMemoryContext). */
 static HTAB *outbox_tables = NULL;
@@ -224,7 +229,7 @@ outbox_find_table(Oid relid)
 
 	if (relid == table->relid)
 		return table;
-	if (get_rel_relkind(relid) != RELKIND_RELATION)
+	if (!outbox_relkind_ok(get_rel_relkind(relid)))
 		return NULL;
 	table = outbox_table_entry(relid);
 	return table->registered ? table : NULL;
@@ -284,7 +289,7 @@ outbox_channel_of(Oid relid, char **channel)
 	(void) outbox_default_table();
 	in_registry = outbox_registry_row(relid, channel, NULL, NULL);
 	return relid == outbox_default_relid ||
-		(in_registry && get_rel_relkind(relid) == RELKIND_RELATION);
+		(in_registry && outbox_relkind_ok(get_rel_relkind(relid)));
 }
 
 /*
@@ -439,6 +444,7 @@ outbox_table_check(OutboxTable *table)
 	}
 	/* the settings, re-read at every check */
 	table->registered = registered;
+	table->partitioned = get_rel_relkind(table->relid) == RELKIND_PARTITIONED_TABLE;
 	table->channel = channel != NULL ?
 		MemoryContextStrdup(table->cxt, channel) : NULL;
 	table->policy = policy;
@@ -643,6 +649,15 @@ outbox_registry_row(Oid relid, char **channel, OutboxPolicy *policy,
 				d = heap_getattr(tup, attnum, desc, &isnull);
 				policy->ordered = !isnull && DatumGetBool(d);
 			}
+			if ((attnum = get_attnum(regid, "retain_acked")) != InvalidAttrNumber)
+			{
+				d = heap_getattr(tup, attnum, desc, &isnull);
+				policy->has_retain_acked = !isnull;
+				if (!isnull)
+					policy->retain_acked = *DatumGetIntervalP(d);
+				d = heap_getattr(tup, get_attnum(regid, "partition_rows"), desc, &isnull);
+				policy->partition_rows = isnull ? 0 : DatumGetInt64(d);
+			}
 		}
 		if (dead != NULL &&
 			(attnum = get_attnum(regid, "dead")) != InvalidAttrNumber)
@@ -712,6 +727,12 @@ const OutboxPolicy *
 outbox_table_policy(OutboxTable *table)
 {
 	return &table->policy;
+}
+
+bool
+outbox_table_partitioned(OutboxTable *table)
+{
+	return table->partitioned && table->policy.partition_rows > 0;
 }
 
 const char *

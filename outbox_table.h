@@ -37,6 +37,9 @@ typedef struct OutboxPolicy
 	bool		has_ttl;
 	Interval	ttl;
 	bool		ordered;		/* per-recipient ordered delivery */
+	bool		has_retain_acked;	/* else delivery_outbox.retain_acked */
+	Interval	retain_acked;
+	int64		partition_rows; /* ids per partition; 0: not partitioned */
 } OutboxPolicy;
 
 /* Statements kept per table and user; see outbox_plans.c. */
@@ -55,6 +58,7 @@ extern bool outbox_table_utc(OutboxTable *table);
 extern const char *outbox_table_channel(OutboxTable *table);
 extern bool outbox_table_has_policy(OutboxTable *table);
 extern const OutboxPolicy *outbox_table_policy(OutboxTable *table);
+extern bool outbox_table_partitioned(OutboxTable *table);
 extern const char *outbox_table_dead_name(OutboxTable *table);
 extern Oid	outbox_table_dead_relid(OutboxTable *table);
 extern SPIPlanPtr *outbox_table_plans(OutboxTable *table);

@@ -28,12 +28,19 @@
 
 #include "access/detoast.h"
 #include "access/htup_details.h"
+#include "catalog/partition.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
+#include "common/hashfn.h"
+#include "executor/spi.h"
 #include "fmgr.h"
+#include "miscadmin.h"
+#include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
+#include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 #include "delivery_outbox.h"
@@ -46,8 +53,13 @@ static const char *const outbox_state_names[] = {"pending", "delivered", "acked"
 
 static AttrNumber outbox_column(Relation rel, const char *name, Oid typid,
 								bool required);
-static void outbox_check_dedup_key(Relation rel, HeapTuple tuple,
-								   const OutboxColumns *cols, int64 id);
+static bool outbox_check_dedup_key(Relation rel, HeapTuple oldtuple,
+								   HeapTuple tuple, const OutboxColumns *cols,
+								   int64 id);
+static bool outbox_partition_key_taken(const OutboxColumns *cols,
+									   Datum recipient, Datum key, int64 id);
+static bool outbox_key_holder(SPIPlanPtr plan, Datum *values,
+							  Snapshot snapshot);
 static bool outbox_row_due(HeapTuple tuple, TupleDesc tupdesc,
 						   const OutboxColumns *cols, TimestampTz *not_before);
 static OutboxState outbox_parse_state(Relation rel, AttrNumber attnum,
@@ -70,6 +82,14 @@ static void outbox_count_state(Oid relid, OutboxState state, int64 delta);
 
 PG_FUNCTION_INFO_V1(outbox_state_guard);
 PG_FUNCTION_INFO_V1(outbox_inserted);
+
+/*
+ * The advisory lock a partitioned outbox's dedup_key is taken under:
+ * (database, outbox, hash of recipient and key, OUTBOX_KEY_LOCK), apart
+ * from pg_advisory_lock()'s (1 and 2 in the last field) and the insert
+ * markers' (outbox_marker_locks.c).
+ */
+#define OUTBOX_KEY_LOCK		0x0100
 
 /* The column map of the table the triggers last fired on. */
 static OutboxColumns outbox_cols;
@@ -129,11 +149,11 @@ outbox_state_guard(PG_FUNCTION_ARGS)
 		d = heap_getattr(trigdata->tg_trigtuple, cols->state,
 						 RelationGetDescr(trigdata->tg_relation), &isnull);
 		if (!isnull)
-			outbox_count_state(RelationGetRelid(trigdata->tg_relation),
+			outbox_count_state(cols->outbox,
 							   outbox_parse_state(trigdata->tg_relation,
 												  cols->state, d, 0), -1);
 		if (outbox_delete_counter < OUTBOX_NUM_COUNTERS)
-			outbox_count(RelationGetRelid(trigdata->tg_relation),
+			outbox_count(cols->outbox,
 						 outbox_delete_counter, 1);
 		/* a dead-lettered run of an ordered outbox lets the next row go */
 		if (!isnull &&
@@ -231,9 +251,9 @@ outbox_guard_insert(Relation rel, HeapTuple tuple, const OutboxColumns *cols,
 	 * in.  A row below the ids drawn (one that brings its own) may land
 	 * below a recipient's open rows: the ordered claims must look again.
 	 */
-	if (outbox_marker_row(RelationGetRelid(rel), id) &&
+	if (outbox_marker_row(cols->outbox, id) &&
 		outbox_trigger_ordered(rel))
-		outbox_note_order_change(RelationGetRelid(rel));
+		outbox_note_order_change(cols->outbox);
 
 	d = heap_getattr(tuple, cols->payload, tupdesc, &isnull);
 	if (!isnull)
@@ -249,7 +269,9 @@ outbox_guard_insert(Relation rel, HeapTuple tuple, const OutboxColumns *cols,
 							 OUTBOX_GUC_PREFIX)));
 	}
 
-	outbox_check_dedup_key(rel, tuple, cols, id);
+	/* a key another row of a partitioned outbox holds: the row is skipped */
+	if (outbox_check_dedup_key(rel, NULL, tuple, cols, id))
+		return NULL;
 
 	d = heap_getattr(tuple, cols->state, tupdesc, &isnull);
 	if (isnull)
@@ -307,15 +329,15 @@ outbox_inserted_row(Relation rel, HeapTuple tuple, const OutboxColumns *cols,
 	if (isnull)
 		return;
 	state = outbox_parse_state(rel, cols->state, d, DatumGetInt64(id));
-	outbox_count_state(RelationGetRelid(rel), state, 1);
+	outbox_count_state(cols->outbox, state, 1);
 	if (state == OUTBOX_PENDING)
 	{
 		TimestampTz not_before;
 
-		outbox_count(RelationGetRelid(rel), OUTBOX_COUNT_ENQUEUED, 1);
+		outbox_count(cols->outbox, OUTBOX_COUNT_ENQUEUED, 1);
 		/* a row scheduled for later is woken when due, by the worker */
 		if (outbox_row_due(tuple, tupdesc, cols, &not_before))
-			outbox_wake(DatumGetInt64(id), RelationGetRelid(rel), channel);
+			outbox_wake(DatumGetInt64(id), cols->outbox, channel);
 		else
 			outbox_note_scheduled(not_before);
 	}
@@ -418,7 +440,7 @@ outbox_guard_update(Relation rel, HeapTuple oldtuple, HeapTuple newtuple,
 					 errtablecol(rel, attnum)));
 	}
 
-	outbox_check_dedup_key(rel, newtuple, cols, id);
+	(void) outbox_check_dedup_key(rel, oldtuple, newtuple, cols, id);
 
 	/* the bookkeeping is the trigger's, never the caller's */
 	d = heap_getattr(oldtuple, cols->attempts, tupdesc, &isnull);
@@ -458,7 +480,7 @@ outbox_guard_update(Relation rel, HeapTuple oldtuple, HeapTuple newtuple,
 
 	if (from != to)
 	{
-		Oid			relid = RelationGetRelid(rel);
+		Oid			relid = cols->outbox;
 
 		outbox_count_state(relid, from, -1);
 		outbox_count_state(relid, to, 1);
@@ -491,7 +513,7 @@ outbox_guard_update(Relation rel, HeapTuple oldtuple, HeapTuple newtuple,
 			!outbox_datum_equal(old_recipient, old_recipient_null,
 								new_recipient, new_recipient_null,
 								TupleDescAttr(tupdesc, cols->recipient - 1)))
-			outbox_note_order_change(RelationGetRelid(rel));
+			outbox_note_order_change(cols->outbox);
 	}
 
 	if (to == OUTBOX_PENDING && !outbox_row_due(newtuple, tupdesc, cols, &not_before))
@@ -507,7 +529,7 @@ outbox_guard_update(Relation rel, HeapTuple oldtuple, HeapTuple newtuple,
 			!outbox_datum_equal(old_recipient, old_recipient_null,
 								new_recipient, new_recipient_null,
 								TupleDescAttr(tupdesc, cols->recipient - 1)))
-			outbox_wake(id, RelationGetRelid(rel), channel);
+			outbox_wake(id, cols->outbox, channel);
 	}
 
 	return newtuple;
@@ -626,6 +648,10 @@ outbox_columns(Relation rel, const char *funcname)
 		return &outbox_cols;
 
 	c.relid = RelationGetRelid(rel);
+	/* a partition's rows are its partitioned outbox's */
+	c.partition = rel->rd_rel->relispartition;
+	c.outbox = c.partition ?
+		llast_oid(get_partition_ancestors(c.relid)) : c.relid;
 	c.id = outbox_column(rel, COL_ID, INT8OID, true);
 	c.recipient = outbox_column(rel, COL_RECIPIENT, TEXTOID, true);
 	c.kind = outbox_column(rel, COL_KIND, TEXTOID, true);
@@ -690,25 +716,155 @@ outbox_column(Relation rel, const char *name, Oid typid, bool required)
 /*
  * outbox_check_dedup_key
  *
- * A row's dedup_key (if it has the column) is NULL or not empty: 23514
- * otherwise, on INSERT and UPDATE alike.
+ * A row's dedup_key is NULL or not empty.  In a partition of an outbox,
+ * which cannot have a unique (recipient, dedup_key) index across its
+ * partitions, the key is also taken here: true when another row holds it,
+ * for an insert (oldtuple NULL), which is then skipped as ON CONFLICT DO
+ * NOTHING would; an update onto a taken key is 23505.
  */
-static void
-outbox_check_dedup_key(Relation rel, HeapTuple tuple, const OutboxColumns *cols,
-					   int64 id)
+static bool
+outbox_check_dedup_key(Relation rel, HeapTuple oldtuple, HeapTuple tuple,
+					   const OutboxColumns *cols, int64 id)
 {
+	TupleDesc	tupdesc = RelationGetDescr(rel);
 	bool		isnull;
+	bool		recipient_null;
 	Datum		d;
+	Datum		recipient;
 
 	if (cols->dedup_key == InvalidAttrNumber)
-		return;
-	d = heap_getattr(tuple, cols->dedup_key, RelationGetDescr(rel), &isnull);
+		return false;
+	d = heap_getattr(tuple, cols->dedup_key, tupdesc, &isnull);
 	if (!isnull && VARSIZE_ANY_EXHDR(DatumGetPointer(d)) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_CHECK_VIOLATION),
 				 errmsg("dedup_key of outbox row " INT64_FORMAT " cannot be empty", id),
 				 errdetail("A dedup_key is NULL (none) or a non-empty string."),
 				 errtablecol(rel, cols->dedup_key)));
+	if (isnull || !cols->partition)
+		return false;
+	recipient = heap_getattr(tuple, cols->recipient, tupdesc, &recipient_null);
+	if (recipient_null)
+		return false;			/* the NOT NULL constraint reports it */
+	if (oldtuple != NULL)
+	{
+		bool		old_null;
+		bool		old_key_null;
+		Datum		old_recipient = heap_getattr(oldtuple, cols->recipient,
+												 tupdesc, &old_null);
+		Datum		old_key = heap_getattr(oldtuple, cols->dedup_key,
+										   tupdesc, &old_key_null);
+
+		if (outbox_datum_equal(old_recipient, old_null, recipient, false,
+							   TupleDescAttr(tupdesc, cols->recipient - 1)) &&
+			outbox_datum_equal(old_key, old_key_null, d, false,
+							   TupleDescAttr(tupdesc, cols->dedup_key - 1)))
+			return false;
+	}
+	if (!outbox_partition_key_taken(cols, recipient, d, id))
+		return false;
+	if (oldtuple != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNIQUE_VIOLATION),
+				 errmsg("dedup_key \"%s\" of recipient \"%s\" is taken by another row of outbox %s",
+						TextDatumGetCString(d), TextDatumGetCString(recipient),
+						get_rel_name(cols->outbox)),
+				 errdetail("Outbox row " INT64_FORMAT " cannot take it.", id),
+				 errtablecol(rel, cols->dedup_key)));
+	return true;
+}
+
+/*
+ * outbox_partition_key_taken
+ *
+ * Whether a row of the partitioned outbox cols->outbox other than id holds
+ * (recipient, key).  The key is locked first, until the transaction ends:
+ * a transaction inserting it is waited for, as a unique index would, and
+ * the rows are then read with a new snapshot, which sees it if it
+ * committed.  A transaction-snapshot isolation level that cannot see that
+ * row fails as ON CONFLICT does there (40001).
+ */
+static bool
+outbox_partition_key_taken(const OutboxColumns *cols, Datum recipient,
+						   Datum key, int64 id)
+{
+	static SPIPlanPtr plan = NULL;
+	static Oid	plan_relid = InvalidOid;
+	text	   *r = DatumGetTextPP(recipient);
+	text	   *k = DatumGetTextPP(key);
+	LOCKTAG		tag;
+	Datum		values[3];
+	bool		taken;
+
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, cols->outbox,
+						 hash_combine(hash_any((unsigned char *) VARDATA_ANY(r),
+											   VARSIZE_ANY_EXHDR(r)),
+									  hash_any((unsigned char *) VARDATA_ANY(k),
+											   VARSIZE_ANY_EXHDR(k))),
+						 OUTBOX_KEY_LOCK);
+	(void) LockAcquire(&tag, ExclusiveLock, false, false);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (plan == NULL || plan_relid != cols->outbox)
+	{
+		Oid			argtypes[3] = {TEXTOID, TEXTOID, INT8OID};
+		char	   *sql;
+		SPIPlanPtr	p;
+
+		sql = psprintf("SELECT 1 FROM %s WHERE recipient OPERATOR(pg_catalog.=) $1"
+					   " AND dedup_key OPERATOR(pg_catalog.=) $2"
+					   " AND id OPERATOR(pg_catalog.<>) $3 LIMIT 1",
+					   quote_qualified_identifier(get_namespace_name(get_rel_namespace(cols->outbox)),
+												  get_rel_name(cols->outbox)));
+		p = SPI_prepare(sql, 3, argtypes);
+		if (p == NULL)
+			elog(ERROR, "SPI_prepare failed for \"%s\"", sql);
+		if (plan != NULL)
+			SPI_freeplan(plan);
+		plan = NULL;
+		if (SPI_keepplan(p) != 0)
+			elog(ERROR, "SPI_keepplan failed");
+		plan = p;
+		plan_relid = cols->outbox;
+	}
+	values[0] = recipient;
+	values[1] = key;
+	values[2] = Int64GetDatum(id);
+	taken = outbox_key_holder(plan, values, GetLatestSnapshot());
+	if (taken && IsolationUsesXactSnapshot())
+	{
+		if (!outbox_key_holder(plan, values, GetTransactionSnapshot()))
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("could not serialize access due to concurrent insert of dedup_key \"%s\"",
+							text_to_cstring(k))));
+	}
+	SPI_finish();
+	return taken;
+}
+
+/*
+ * outbox_key_holder
+ *
+ * Whether plan (outbox_partition_key_taken's) finds a row under a copy of
+ * snapshot that also sees the rows of the running command: an earlier row
+ * of the same INSERT statement holds its key too.
+ */
+static bool
+outbox_key_holder(SPIPlanPtr plan, Datum *values, Snapshot snapshot)
+{
+	Snapshot	snap = RegisterSnapshot(snapshot);
+	int			rc;
+
+	if (snap != snapshot)		/* a copy of ours: never a shared one */
+		snap->curcid = GetCurrentCommandId(false) + 1;
+	rc = SPI_execute_snapshot(plan, values, NULL, snap, InvalidSnapshot,
+							  true, false, 1);
+	UnregisterSnapshot(snap);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "SPI_execute_snapshot failed: %s", SPI_result_code_string(rc));
+	return SPI_processed > 0;
 }
 
 /*

@@ -46,6 +46,8 @@ typedef enum OutboxState
 typedef struct OutboxColumns
 {
 	Oid			relid;			/* InvalidOid when the cache is empty */
+	Oid			outbox;			/* the outbox: relid, or a partition's root */
+	bool		partition;		/* relid is a partition of the outbox */
 	AttrNumber	id;
 	AttrNumber	recipient;
 	AttrNumber	kind;

@@ -51,6 +51,7 @@
 #include "utils/snapmgr.h"
 
 #include "delivery_outbox.h"
+#include "outbox_partitions.h"
 #include "outbox_plans.h"
 #include "outbox_shmem.h"
 #include "outbox_table.h"
@@ -88,8 +89,12 @@ typedef enum SweeperStep
 {
 	SWEEP_RECLAIM,
 	SWEEP_PURGE,
-	SWEEP_EXPIRE
+	SWEEP_EXPIRE,
+	SWEEP_PARTITIONS
 } SweeperStep;
+
+/* Partitions one sweep drops per outbox at most, each in a transaction. */
+#define SWEEPER_MAX_DROPS		8
 
 /* One outbox's work for sweeper_guarded: a sweep step, or its wake-ups. */
 typedef struct SweeperJob
@@ -110,6 +115,7 @@ static TimestampTz sweeper_wake_due(OutboxDatabase *db, TimestampTz now);
 static bool sweeper_guarded(void (*work) (SweeperJob *job), SweeperJob *job,
 							const char *what);
 static void sweeper_step_work(SweeperJob *job);
+static void sweeper_partitions(void);
 static void sweeper_due_work(SweeperJob *job);
 static void sweeper_rewind_due(TimestampTz from);
 static void sweeper_recover(void);
@@ -545,6 +551,9 @@ sweeper_guarded(void (*work) (SweeperJob *job), SweeperJob *job,
 static void
 sweeper_step_work(SweeperJob *job)
 {
+	TimestampTz cutoff;
+	int64		rows;
+
 	switch (job->step)
 	{
 		case SWEEP_RECLAIM:
@@ -554,13 +563,18 @@ sweeper_step_work(SweeperJob *job)
 									   SWEEPER_MAX_ROWS);
 			break;
 		case SWEEP_PURGE:
-			(void) outbox_purge_rows(job->table,
-									 TimestampTzPlusMilliseconds(job->now,
-																 -(int64) outbox_retain_acked * 1000),
-									 SWEEPER_MAX_ROWS);
+			/* a partitioned outbox drops its partitions instead */
+			if (!outbox_table_partitioned(job->table) &&
+				outbox_partitions_retention(job->table, job->now, &cutoff))
+				(void) outbox_purge_rows(job->table, cutoff, SWEEPER_MAX_ROWS);
 			break;
 		case SWEEP_EXPIRE:
 			(void) outbox_expire_rows(job->table, SWEEPER_MAX_ROWS);
+			break;
+		case SWEEP_PARTITIONS:
+			(void) outbox_partitions_make(job->table, 0);
+			job->n = outbox_partitions_retention(job->table, job->now, &cutoff) ?
+				(int) outbox_partitions_drop(job->table, cutoff, 1, &rows) : 0;
 			break;
 	}
 }
@@ -697,6 +711,72 @@ sweeper_wake_due(OutboxDatabase *db, TimestampTz now)
 }
 
 /*
+ * sweeper_partitions
+ *
+ * The partitions of every partitioned outbox: made ahead, and dropped once
+ * past the outbox's retention, each drop in a transaction of its own, which
+ * holds the outbox's ACCESS EXCLUSIVE lock from the drop to its commit.
+ */
+static void
+sweeper_partitions(void)
+{
+	Oid		   *relids = NULL;
+	int			n = 0;
+	int			i;
+
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (outbox_lock_table())
+	{
+		List	   *list = outbox_table_list();
+		ListCell   *lc;
+
+		relids = MemoryContextAlloc(TopMemoryContext,
+									sizeof(Oid) * list_length(list));
+		foreach(lc, list)
+		{
+			OutboxTable *table = outbox_find_table(lfirst_oid(lc));
+
+			if (table != NULL && outbox_table_partitioned(table))
+				relids[n++] = lfirst_oid(lc);
+		}
+	}
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+
+	for (i = 0; i < n; i++)
+	{
+		int			round;
+
+		for (round = 0; round < SWEEPER_MAX_DROPS; round++)
+		{
+			SweeperJob	job = {.step = SWEEP_PARTITIONS};
+
+			SetCurrentStatementStartTimestamp();
+			StartTransactionCommand();
+			PushActiveSnapshot(GetTransactionSnapshot());
+			pgstat_report_activity(STATE_RUNNING, "delivery_outbox: partitions");
+			/* a table someone holds locked (ALTER, a drop) waits for a pass */
+			if (outbox_lock_table() &&
+				ConditionalLockRelationOid(relids[i], AccessShareLock) &&
+				(job.table = outbox_find_table(relids[i])) != NULL)
+			{
+				job.now = GetCurrentTimestamp();
+				if (!sweeper_guarded(sweeper_step_work, &job, "partition upkeep"))
+					job.n = 0;
+			}
+			PopActiveSnapshot();
+			CommitTransactionCommand();
+			pgstat_report_activity(STATE_IDLE, NULL);
+			if (job.n == 0)
+				break;
+		}
+	}
+	if (relids != NULL)
+		pfree(relids);
+}
+
+/*
  * sweeper_sweep
  *
  * One bounded pass over every outbox of the database: reclaim, purge and
@@ -717,8 +797,7 @@ sweeper_sweep(OutboxDatabase *db)
 		TimestampTz now;
 		bool		installed;
 
-		if (step == 0 ? outbox_reclaim_after < 0 :
-			step == 1 ? outbox_retain_acked < 0 : false)
+		if (step == 0 && outbox_reclaim_after < 0)
 			continue;
 
 		SetCurrentStatementStartTimestamp();
@@ -744,6 +823,7 @@ sweeper_sweep(OutboxDatabase *db)
 
 		(void) sweeper_send_wakeups(db, SWEEPER_MAX_BATCHES);
 	}
+	sweeper_partitions();
 	pgstat_report_stat(true);
 
 	return true;

@@ -118,7 +118,7 @@ SELECT format('DROP TABLE tenant_own.%I', relname) FROM pg_class
 
 -- A non-superuser with CREATE on a schema makes an outbox there, and owns it
 -- (and its identity sequence).
-GRANT EXECUTE ON FUNCTION outbox_create(name, name, text) TO regress_outbox_creator;
+GRANT EXECUTE ON FUNCTION outbox_create(name, name, text, bigint) TO regress_outbox_creator;
 SET ROLE regress_outbox_creator;
 SELECT outbox_create('tenant_own', 'mine');
 RESET ROLE;
@@ -502,7 +502,7 @@ GRANT EXECUTE ON FUNCTION
     outbox_purge(interval, regclass),
     outbox_stats(regclass),
     outbox_wait(interval, text, regclass),
-    outbox_configure(regclass, text, integer, interval, interval, interval, boolean),
+    outbox_configure(regclass, text, integer, interval, interval, interval, boolean, interval),
     outbox_detach(regclass),
     outbox_attach(regclass, text)
   TO regress_outbox_tenant_a, regress_outbox_tenant_b, regress_outbox_reader;
@@ -719,7 +719,7 @@ SELECT outbox_configure('public.delivery_outbox', channel => '');
 SELECT * FROM outbox_trigger_args WHERE tbl = 'public.delivery_outbox'::regclass;
 SELECT * FROM outboxes_now;
 -- the owner of an outbox may configure it (and nobody else, above)
-GRANT EXECUTE ON FUNCTION outbox_configure(regclass, text, integer, interval, interval, interval, boolean), outbox_detach(regclass)
+GRANT EXECUTE ON FUNCTION outbox_configure(regclass, text, integer, interval, interval, interval, boolean, interval), outbox_detach(regclass)
    TO regress_outbox_creator;
 SET ROLE regress_outbox_creator;
 SELECT outbox_configure('tenant_own.mine', channel => 'mine_wakeups');

@@ -1,0 +1,646 @@
+/*-------------------------------------------------------------------------
+ *
+ * outbox_partitions.c
+ *		Partitioned outboxes (docs/partitions.md): partitions made ahead of
+ *		the id sequence, and dropped once their rows are all acked and old
+ *		enough.
+ *
+ * A partitioned outbox is partitioned by range of id, partition_rows ids
+ * per partition: partition k, named <table>_p<k>, holds the ids from
+ * k * partition_rows + 1 up to (k + 1) * partition_rows.  The partition of
+ * the sequence's next id and the one after it are made ahead, by the
+ * worker at each sweep and by the enqueue functions when missing, as the
+ * outbox's owner: a new table attached under SHARE UPDATE EXCLUSIVE, a lock
+ * that producers and relays do not conflict with (CREATE TABLE ... PARTITION
+ * OF would take ACCESS EXCLUSIVE).  A producer does it only if it gets that
+ * lock at once, so producers never wait on each other for it.
+ *
+ * A partition is dropped when every id of its range has been drawn, it
+ * holds no open row and its newest ack is older than the retention.  The
+ * drop takes ACCESS EXCLUSIVE on the outbox, under
+ * delivery_outbox.partition_lock_timeout: a producer or relay waits that
+ * long at most, and a drop that does not get the lock is left for later.
+ * Under the lock, which no writer holds then, the partition is read again
+ * with a new snapshot.
+ *
+ * Copyright (c) 2026, delivery_outbox developers
+ *
+ * IDENTIFICATION
+ *		outbox_partitions.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/table.h"
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "mb/pg_wchar.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "partitioning/partbounds.h"
+#include "partitioning/partdesc.h"
+#include "storage/lmgr.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/partcache.h"
+#include "utils/rel.h"
+#include "utils/resowner.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "delivery_outbox.h"
+#include "outbox_order.h"
+#include "outbox_partitions.h"
+#include "outbox_shmem.h"
+#include "outbox_xact.h"
+
+int			outbox_partition_lock_timeout = 100;
+
+/* What outbox_partition_try's work is given. */
+typedef struct OutboxPartitionJob
+{
+	Oid			relid;			/* the outbox */
+	Oid			owner;
+	Oid			nspid;
+	char	   *relname;
+	Oid			partid;			/* the partition to lock */
+	int64		k;				/* the partition to make */
+	int64		rows;
+} OutboxPartitionJob;
+
+/* One partition of an outbox: its id range [lower, upper). */
+typedef struct OutboxPartition
+{
+	Oid			relid;
+	int64		lower;
+	int64		upper;
+} OutboxPartition;
+
+static int	outbox_partition_list(Relation rel, OutboxPartition **parts);
+static bool outbox_range_free(const OutboxPartition *parts, int nparts,
+							  int64 lower, int64 upper);
+static void outbox_make_partition(OutboxPartitionJob *job);
+static void outbox_partition_job(Relation rel, OutboxPartitionJob *job);
+static int64 outbox_partition_next_id(OutboxTable *table);
+static bool outbox_partition_droppable(Oid relid, TimestampTz cutoff,
+									   bool latest, int64 *rows);
+static int	outbox_drop_partition(OutboxPartitionJob *job, TimestampTz cutoff);
+
+/* What outbox_drop_partition did. */
+#define OUTBOX_DROP_NO_LOCK		0	/* the lock was not had: nothing done */
+#define OUTBOX_DROP_KEPT		1	/* under the lock, it did not qualify */
+#define OUTBOX_DROP_DONE		2
+static ErrorData *outbox_partition_try(void (*work) (void *arg), void *arg,
+									   const char *lock_timeout);
+static void outbox_lock_for_drop(void *arg);
+static void outbox_make_partition_work(void *arg);
+static void outbox_as_owner(Oid owner, Oid *save_userid, int *save_sec,
+							int *save_nestlevel);
+static void outbox_as_caller(Oid save_userid, int save_sec,
+							 int save_nestlevel);
+
+PG_FUNCTION_INFO_V1(outbox_partitions_ahead);
+
+/*
+ * outbox_partitions_make
+ *
+ * Make the missing partitions of a partitioned outbox from the one of the
+ * sequence's next id through the one rows + partition_rows ids further, if
+ * the outbox's SHARE UPDATE EXCLUSIVE lock can be had at once (else another
+ * session is making or dropping one: nothing is done).  The lock is held to
+ * the end of the transaction.  Returns how many were made.
+ */
+int
+outbox_partitions_make(OutboxTable *table, int64 rows)
+{
+	const OutboxPolicy *policy = outbox_table_policy(table);
+	int64		n = policy->partition_rows;
+	Oid			relid = outbox_table_relid(table);
+	int64		next;
+	int64		first;
+	int64		last;
+	int64		k;
+	int			made = 0;
+	int			nparts;
+	OutboxPartition *parts;
+	Relation	rel;
+	OutboxPartitionJob job;
+
+	if (!outbox_table_partitioned(table))
+		return 0;
+	next = Max(outbox_partition_next_id(table), 1);
+	first = (next - 1) / n;
+	last = (Min(next, PG_INT64_MAX - rows - n) + rows + n - 1) / n;
+
+	rel = table_open(relid, AccessShareLock);
+	nparts = outbox_partition_list(rel, &parts);
+	for (k = first; k <= last; k++)
+		if (outbox_range_free(parts, nparts, k * n + 1, (k + 1) * n + 1))
+			break;
+	if (k > last)
+	{
+		table_close(rel, AccessShareLock);
+		return 0;				/* the usual case: all there */
+	}
+	if (!ConditionalLockRelationOid(relid, ShareUpdateExclusiveLock))
+	{
+		table_close(rel, AccessShareLock);
+		return 0;
+	}
+	/*
+	 * What the lock's holder before us made is in the catalogs now.  The
+	 * table is closed again, but stays locked: ALTER TABLE refuses a table
+	 * this session has open.
+	 */
+	pfree(parts);
+	nparts = outbox_partition_list(rel, &parts);
+	outbox_partition_job(rel, &job);
+	table_close(rel, NoLock);
+	for (k = first; k <= last; k++)
+	{
+		ErrorData  *edata;
+
+		job.k = k;
+		job.rows = n;
+
+		if (!outbox_range_free(parts, nparts, k * n + 1, (k + 1) * n + 1))
+			continue;
+		/*
+		 * A partition made ahead that cannot be made (the owner lost CREATE
+		 * on the schema, a name taken) is a warning; one the rows need now
+		 * is the caller's error.
+		 */
+		edata = outbox_partition_try(outbox_make_partition_work, &job, NULL);
+		if (edata == NULL)
+			made++;
+		else if (k * n + 1 <= next + rows - 1)
+			ReThrowError(edata);
+		else
+		{
+			ereport(WARNING,
+					(errmsg("could not make partition " INT64_FORMAT " of outbox %s: %s",
+							k, outbox_table_name(table), edata->message),
+					 errhint("It is tried again when the next rows are enqueued, and at the worker's sweeps.")));
+			FreeErrorData(edata);
+			break;
+		}
+	}
+	return made;
+}
+
+/*
+ * outbox_partitions_drop
+ *
+ * Drop up to max_drops partitions of a partitioned outbox, oldest first,
+ * whose ids were all drawn, that hold no open row and whose newest ack is
+ * older than cutoff (DT_NOBEGIN: none qualifies).  *rows is set to the
+ * number of rows they held.  Returns the number dropped.  Each drop holds
+ * the outbox's ACCESS EXCLUSIVE lock to the end of the transaction: the
+ * caller should end it soon.
+ */
+int64
+outbox_partitions_drop(OutboxTable *table, TimestampTz cutoff, int max_drops,
+					   int64 *rows)
+{
+	Oid			relid = outbox_table_relid(table);
+	Relation	rel;
+	OutboxPartition *parts;
+	int			nparts;
+	int64		next;
+	int			i;
+	int64		dropped = 0;
+	OutboxPartitionJob job;
+
+	*rows = 0;
+	if (!outbox_table_partitioned(table) || TIMESTAMP_IS_NOBEGIN(cutoff))
+		return 0;
+	next = outbox_partition_next_id(table);
+	rel = table_open(relid, AccessShareLock);
+	nparts = outbox_partition_list(rel, &parts);
+	outbox_partition_job(rel, &job);
+	table_close(rel, NoLock);
+	for (i = 0; i < nparts && dropped < max_drops; i++)
+	{
+		int64		held;
+
+		CHECK_FOR_INTERRUPTS();
+		/* the partition of the next id, or above it, still gets rows */
+		if (parts[i].upper > next)
+			break;
+		if (!outbox_partition_droppable(parts[i].relid, cutoff, false, &held))
+			continue;
+		job.partid = parts[i].relid;
+		switch (outbox_drop_partition(&job, cutoff))
+		{
+			case OUTBOX_DROP_NO_LOCK:
+				i = nparts;		/* later */
+				break;
+			case OUTBOX_DROP_DONE:
+				*rows += held;
+				dropped++;
+				break;
+		}
+	}
+	if (*rows > 0)
+		outbox_count(relid, OUTBOX_COUNT_PURGED, *rows);
+	return dropped;
+}
+
+/*
+ * outbox_partitions_retention
+ *
+ * The cutoff of the acked rows kept by an outbox at now: its retain_acked,
+ * else delivery_outbox.retain_acked; false when both keep them for good.
+ */
+bool
+outbox_partitions_retention(OutboxTable *table, TimestampTz now,
+							TimestampTz *cutoff)
+{
+	const OutboxPolicy *policy = outbox_table_policy(table);
+
+	if (policy->has_retain_acked)
+	{
+		*cutoff = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_mi_interval,
+														  TimestampTzGetDatum(now),
+														  IntervalPGetDatum(&policy->retain_acked)));
+		return true;
+	}
+	if (outbox_retain_acked < 0)
+		return false;
+	*cutoff = TimestampTzPlusMilliseconds(now, -(int64) outbox_retain_acked * 1000);
+	return true;
+}
+
+/*
+ * outbox_partitions_ahead
+ *
+ * SQL: outbox_partitions_ahead(tbl regclass) → integer, for outbox_create:
+ * make the first partitions of a new partitioned outbox.  Not for direct
+ * use (no grant to PUBLIC).
+ */
+Datum
+outbox_partitions_ahead(PG_FUNCTION_ARGS)
+{
+	OutboxTable *table = outbox_find_table(PG_GETARG_OID(0));
+
+	if (table == NULL || !outbox_table_partitioned(table))
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("relation with OID %u is not a partitioned outbox",
+						PG_GETARG_OID(0))));
+	PG_RETURN_INT32(outbox_partitions_make(table, 0));
+}
+
+/*
+ * outbox_partition_list
+ *
+ * The partitions of rel with their id ranges, in id order (palloc'd).  A
+ * bound of MINVALUE or MAXVALUE (a partition someone added by hand) is
+ * taken as the int8 range's end.
+ */
+static int
+outbox_partition_list(Relation rel, OutboxPartition **parts)
+{
+	PartitionDesc pd = RelationGetPartitionDesc(rel, true);
+	PartitionBoundInfo b = pd->boundinfo;
+	int			n = 0;
+	int			i;
+
+	*parts = palloc(sizeof(OutboxPartition) * Max(pd->nparts, 1));
+	if (b == NULL || b->strategy != PARTITION_STRATEGY_RANGE)
+		return 0;
+	for (i = 1; i < b->ndatums; i++)
+	{
+		int			p = b->indexes[i];
+
+		if (p < 0)
+			continue;
+		(*parts)[n].relid = pd->oids[p];
+		(*parts)[n].lower = b->kind[i - 1][0] == PARTITION_RANGE_DATUM_VALUE ?
+			DatumGetInt64(b->datums[i - 1][0]) : PG_INT64_MIN;
+		(*parts)[n].upper = b->kind[i][0] == PARTITION_RANGE_DATUM_VALUE ?
+			DatumGetInt64(b->datums[i][0]) : PG_INT64_MAX;
+		n++;
+	}
+	return n;
+}
+
+/*
+ * outbox_range_free
+ *
+ * Whether no partition overlaps the ids [lower, upper).
+ */
+static bool
+outbox_range_free(const OutboxPartition *parts, int nparts, int64 lower,
+				  int64 upper)
+{
+	int			i;
+
+	for (i = 0; i < nparts; i++)
+		if (parts[i].lower < upper && lower < parts[i].upper)
+			return false;
+	return true;
+}
+
+/*
+ * outbox_partition_job
+ *
+ * What making or dropping a partition of rel needs of it, for use once
+ * rel is closed.
+ */
+static void
+outbox_partition_job(Relation rel, OutboxPartitionJob *job)
+{
+	memset(job, 0, sizeof(*job));
+	job->relid = RelationGetRelid(rel);
+	job->owner = rel->rd_rel->relowner;
+	job->nspid = RelationGetNamespace(rel);
+	job->relname = pstrdup(RelationGetRelationName(rel));
+}
+
+/*
+ * outbox_make_partition
+ *
+ * Make partition job->k of job->relid (job->rows ids each) as its owner: a
+ * table like it, attached for its range.  Its indexes and row triggers
+ * come from the outbox's.
+ */
+static void
+outbox_make_partition(OutboxPartitionJob *job)
+{
+	char	   *nsp = get_namespace_name(job->nspid);
+	char		suffix[48];
+	char	   *name;
+	int			attempt;
+	char	   *qname;
+	char	   *parent;
+	Oid			save_userid;
+	int			save_sec;
+	int			save_nestlevel;
+
+	/* <table>_p<k>, the table's name shortened to fit, a number if taken */
+	for (attempt = 0;; attempt++)
+	{
+		int			len;
+
+		if (attempt == 0)
+			snprintf(suffix, sizeof(suffix), "_p" INT64_FORMAT, job->k);
+		else
+			snprintf(suffix, sizeof(suffix), "_p" INT64_FORMAT "_%d", job->k, attempt);
+		len = pg_mbcliplen(job->relname, strlen(job->relname),
+						   NAMEDATALEN - 1 - strlen(suffix));
+		name = psprintf("%.*s%s", len, job->relname, suffix);
+		if (!OidIsValid(get_relname_relid(name, job->nspid)))
+			break;
+	}
+	qname = quote_qualified_identifier(nsp, name);
+	parent = quote_qualified_identifier(nsp, job->relname);
+
+	outbox_as_owner(job->owner, &save_userid, &save_sec, &save_nestlevel);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (SPI_execute(psprintf("CREATE TABLE %s (LIKE %s INCLUDING DEFAULTS"
+							 " INCLUDING CONSTRAINTS INCLUDING STORAGE"
+							 " INCLUDING COMPRESSION)", qname, parent),
+					false, 0) != SPI_OK_UTILITY ||
+		SPI_execute(psprintf("ALTER TABLE %s ATTACH PARTITION %s"
+							 " FOR VALUES FROM (" INT64_FORMAT ") TO (" INT64_FORMAT ")",
+							 parent, qname, job->k * job->rows + 1,
+							 (job->k + 1) * job->rows + 1),
+					false, 0) != SPI_OK_UTILITY)
+		elog(ERROR, "could not make partition %s", qname);
+	SPI_finish();
+	outbox_as_caller(save_userid, save_sec, save_nestlevel);
+	ereport(DEBUG1,
+			(errmsg_internal("delivery_outbox: made partition %s of outbox %s",
+							 qname, parent)));
+}
+
+/*
+ * outbox_partition_next_id
+ *
+ * A lower bound of the next id of a partitioned outbox's sequence (1 for
+ * an outbox without one).
+ */
+static int64
+outbox_partition_next_id(OutboxTable *table)
+{
+	Oid			seqrelid;
+
+	if (!outbox_order_sequence(outbox_table_relid(table), &seqrelid))
+		return 1;
+	return outbox_order_next_id(seqrelid);
+}
+
+/*
+ * outbox_partition_droppable
+ *
+ * Whether partition relid holds no open row and no ack at or after cutoff,
+ * read from its indexes with the transaction's snapshot, or (latest) a new
+ * one; *rows is how many rows it holds.  Runs as the current user: the
+ * caller may read the outbox.
+ */
+static bool
+outbox_partition_droppable(Oid relid, TimestampTz cutoff, bool latest,
+						   int64 *rows)
+{
+	char	   *name = quote_qualified_identifier(get_namespace_name(get_rel_namespace(relid)),
+												  get_rel_name(relid));
+	Snapshot	snap = latest ? GetLatestSnapshot() : InvalidSnapshot;
+	bool		isnull;
+	bool		ok;
+	Datum		newest;
+	int			save_nestlevel;
+
+	save_nestlevel = NewGUCNestLevel();
+	(void) set_config_option("search_path", "pg_catalog, pg_temp",
+							 PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	/* open rows, then the newest ack, each from its partial index */
+	if (SPI_execute_snapshot(SPI_prepare(psprintf("SELECT EXISTS (SELECT FROM ONLY %s"
+												  " WHERE delivery_state OPERATOR(pg_catalog.=)"
+												  " ANY ('{pending,delivered}'::pg_catalog.text[]))",
+												  name), 0, NULL),
+							 NULL, NULL, snap, InvalidSnapshot,
+							 true, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read partition %s", name);
+	ok = !DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
+									 SPI_tuptable->tupdesc, 1, &isnull));
+	if (ok &&
+		SPI_execute_snapshot(SPI_prepare(psprintf("SELECT pg_catalog.max(acked_at)"
+												  "::pg_catalog.timestamptz FROM ONLY %s"
+												  " WHERE delivery_state OPERATOR(pg_catalog.=) 'acked'",
+												  name), 0, NULL),
+							 NULL, NULL, snap, InvalidSnapshot,
+							 true, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read partition %s", name);
+	if (ok)
+	{
+		newest = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+							   1, &isnull);
+		ok = isnull || DatumGetTimestampTz(newest) < cutoff;
+	}
+	*rows = 0;
+	if (ok && !latest &&
+		SPI_execute(psprintf("SELECT pg_catalog.count(*) FROM ONLY %s", name),
+					true, 1) == SPI_OK_SELECT)
+		*rows = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+											SPI_tuptable->tupdesc, 1, &isnull));
+	SPI_finish();
+	AtEOXact_GUC(true, save_nestlevel);
+	return ok;
+}
+
+/*
+ * outbox_drop_partition
+ *
+ * Drop partition partid of rel, if the outbox's ACCESS EXCLUSIVE lock can
+ * be had within delivery_outbox.partition_lock_timeout and the partition
+ * still qualifies then: OUTBOX_DROP_DONE, _KEPT, or _NO_LOCK (nothing was
+ * done).  The lock, once had, is held to the end of the transaction.
+ */
+static int
+outbox_drop_partition(OutboxPartitionJob *job, TimestampTz cutoff)
+{
+	Oid			partid = job->partid;
+	ErrorData  *edata;
+	char		timeout[16];
+	int			save_nestlevel;
+
+	snprintf(timeout, sizeof(timeout), "%d", outbox_partition_lock_timeout);
+	edata = outbox_partition_try(outbox_lock_for_drop, job, timeout);
+	if (edata != NULL && edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+		ReThrowError(edata);
+	if (edata != NULL)
+	{
+		ereport(DEBUG1,
+				(errmsg_internal("delivery_outbox: partition %s of outbox %s not dropped: %s",
+								 get_rel_name(partid), job->relname,
+								 edata->message)));
+		FreeErrorData(edata);
+		return OUTBOX_DROP_NO_LOCK;
+	}
+	if (get_rel_name(partid) == NULL)
+		return OUTBOX_DROP_KEPT;	/* dropped meanwhile */
+
+	/* no writer is left: a new snapshot sees every row of the partition */
+	{
+		int64		rows;
+		Oid			save_userid;
+		int			save_sec;
+		char	   *qname;
+
+		if (!outbox_partition_droppable(partid, cutoff, true, &rows))
+			return OUTBOX_DROP_KEPT;
+		qname = quote_qualified_identifier(get_namespace_name(get_rel_namespace(partid)),
+										   get_rel_name(partid));
+		outbox_as_owner(job->owner, &save_userid, &save_sec, &save_nestlevel);
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "SPI_connect failed");
+		if (SPI_execute(psprintf("DROP TABLE %s", qname), false, 0) != SPI_OK_UTILITY)
+			elog(ERROR, "could not drop partition %s", qname);
+		SPI_finish();
+		outbox_as_caller(save_userid, save_sec, save_nestlevel);
+		ereport(DEBUG1,
+				(errmsg_internal("delivery_outbox: dropped partition %s of outbox %s",
+								 qname, job->relname)));
+	}
+	return OUTBOX_DROP_DONE;
+}
+
+/*
+ * outbox_partition_try
+ *
+ * Run work(arg) in a subtransaction, with lock_timeout set to lock_timeout
+ * (if not NULL): NULL when it went through, its locks kept; else the error
+ * (in the caller's memory context), everything it did undone.
+ */
+static ErrorData *
+outbox_partition_try(void (*work) (void *arg), void *arg,
+					 const char *lock_timeout)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	ErrorData  *volatile edata = NULL;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		int			save_nestlevel = NewGUCNestLevel();
+
+		if (lock_timeout != NULL)
+			(void) set_config_option("lock_timeout", lock_timeout,
+									 PGC_USERSET, PGC_S_SESSION,
+									 GUC_ACTION_SAVE, true, 0, false);
+		work(arg);
+		AtEOXact_GUC(true, save_nestlevel);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_END_TRY();
+	return edata;
+}
+
+/* outbox_partition_try's work: the locks of a drop */
+static void
+outbox_lock_for_drop(void *arg)
+{
+	OutboxPartitionJob *job = arg;
+
+	LockRelationOid(job->relid, AccessExclusiveLock);
+	LockRelationOid(job->partid, AccessExclusiveLock);
+}
+
+/* outbox_partition_try's work: making a partition */
+static void
+outbox_make_partition_work(void *arg)
+{
+	OutboxPartitionJob *job = arg;
+
+	outbox_make_partition(job);
+}
+
+/*
+ * outbox_as_owner and outbox_as_caller
+ *
+ * Run as an outbox's owner, with a safe search_path, and back: partitions are
+ * made and dropped by the outbox's owner whoever calls (a producer with
+ * only INSERT on it, the worker).
+ */
+static void
+outbox_as_owner(Oid owner, Oid *save_userid, int *save_sec,
+				int *save_nestlevel)
+{
+	GetUserIdAndSecContext(save_userid, save_sec);
+	SetUserIdAndSecContext(owner,
+						   *save_sec | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+	*save_nestlevel = NewGUCNestLevel();
+	(void) set_config_option("search_path", "pg_catalog, pg_temp",
+							 PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+}
+
+static void
+outbox_as_caller(Oid save_userid, int save_sec, int save_nestlevel)
+{
+	AtEOXact_GUC(true, save_nestlevel);
+	SetUserIdAndSecContext(save_userid, save_sec);
+}

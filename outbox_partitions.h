@@ -1,0 +1,33 @@
+/*-------------------------------------------------------------------------
+ *
+ * outbox_partitions.h
+ *		Partitioned outboxes: partitions made ahead of the id sequence, and
+ *		dropped once their rows are all acked and old enough.
+ *
+ * Copyright (c) 2026, delivery_outbox developers
+ *
+ * IDENTIFICATION
+ *		outbox_partitions.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef OUTBOX_PARTITIONS_H
+#define OUTBOX_PARTITIONS_H
+
+#include "datatype/timestamp.h"
+#include "fmgr.h"
+
+#include "outbox_table.h"
+
+/* GUC delivery_outbox.partition_lock_timeout (ms) */
+extern int	outbox_partition_lock_timeout;
+
+extern int	outbox_partitions_make(OutboxTable *table, int64 rows);
+extern int64 outbox_partitions_drop(OutboxTable *table, TimestampTz cutoff,
+									int max_drops, int64 *rows);
+extern bool outbox_partitions_retention(OutboxTable *table, TimestampTz now,
+										TimestampTz *cutoff);
+
+extern Datum outbox_partitions_ahead(PG_FUNCTION_ARGS);
+
+#endif							/* OUTBOX_PARTITIONS_H */
