@@ -359,6 +359,14 @@ outbox_redrive(PG_FUNCTION_ARGS)
 
 	values[1] = outbox_check_ids(fcinfo, 0);
 	t = outbox_target(fcinfo, 1, ACL_INSERT | ACL_UPDATE);
+	/* a dead letter whose partition was dropped since gets it back */
+	if (outbox_table_partitioned(t))
+	{
+		ArrayType  *a = DatumGetArrayTypeP(values[1]);
+
+		(void) outbox_partitions_make_for(t, (int64 *) ARR_DATA_PTR(a),
+										  ArrayGetNItems(ARR_NDIM(a), ARR_DIMS(a)));
+	}
 	values[0] = TimestampTzGetDatum(GetCurrentTimestamp());
 	outbox_spi_connect();
 	outbox_execute(t, OUTBOX_PLAN_REDRIVE, values, NULL, SPI_OK_SELECT);

@@ -36,6 +36,7 @@
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
+#include "lib/qunique.h"
 #include "mb/pg_wchar.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
@@ -80,6 +81,9 @@ typedef struct OutboxPartition
 	int64		upper;
 } OutboxPartition;
 
+static int	outbox_make_missing(OutboxTable *table, const int64 *ks, int nks,
+								int64 need_k, bool wait);
+static int	outbox_int64_cmp(const void *a, const void *b);
 static int	outbox_partition_list(Relation rel, OutboxPartition **parts);
 static bool outbox_range_free(const OutboxPartition *parts, int nparts,
 							  int64 lower, int64 upper);
@@ -117,36 +121,92 @@ PG_FUNCTION_INFO_V1(outbox_partitions_ahead);
 int
 outbox_partitions_make(OutboxTable *table, int64 rows)
 {
-	const OutboxPolicy *policy = outbox_table_policy(table);
-	int64		n = policy->partition_rows;
-	Oid			relid = outbox_table_relid(table);
+	int64		n = outbox_table_policy(table)->partition_rows;
 	int64		next;
 	int64		first;
 	int64		last;
-	int64		k;
-	int			made = 0;
-	int			nparts;
-	OutboxPartition *parts;
-	Relation	rel;
-	OutboxPartitionJob job;
+	int64		ks[64];
+	int			nks = 0;
 
 	if (!outbox_table_partitioned(table))
 		return 0;
 	next = Max(outbox_partition_next_id(table), 1);
 	first = (next - 1) / n;
 	last = (Min(next, PG_INT64_MAX - rows - n) + rows + n - 1) / n;
+	/* a batch over more than 64 partitions: the ones past those, later */
+	while (first + nks <= last && nks < (int) lengthof(ks))
+	{
+		ks[nks] = first + nks;
+		nks++;
+	}
+	/* what the rows need now: the partitions of ids up to next + rows - 1 */
+	return outbox_make_missing(table, ks, nks,
+							   (Min(next, PG_INT64_MAX - rows) + rows - 2) / n,
+							   false);
+}
+
+/*
+ * outbox_partitions_make_for
+ *
+ * Make the missing partitions of ids (positive ones; nids of them), which
+ * rows are about to take (outbox_redrive: dead letters of a partition
+ * dropped since), waiting for the lock.  Returns how many were made.
+ */
+int
+outbox_partitions_make_for(OutboxTable *table, const int64 *ids, int nids)
+{
+	int64		n = outbox_table_policy(table)->partition_rows;
+	int64	   *ks;
+	int			nks = 0;
+	int			i;
+
+	if (!outbox_table_partitioned(table) || nids == 0)
+		return 0;
+	ks = palloc(sizeof(int64) * nids);
+	for (i = 0; i < nids; i++)
+		if (ids[i] > 0)
+			ks[nks++] = (ids[i] - 1) / n;
+	qsort(ks, nks, sizeof(int64), outbox_int64_cmp);
+	nks = qunique(ks, nks, sizeof(int64), outbox_int64_cmp);
+	return outbox_make_missing(table, ks, nks, PG_INT64_MAX, true);
+}
+
+/*
+ * outbox_make_missing
+ *
+ * Make those of partitions ks (nks of them, ascending) that are missing,
+ * under the outbox's SHARE UPDATE EXCLUSIVE lock, held to the end of the
+ * transaction: waited for, or (!wait) had at once or nothing is done
+ * (another session is making or dropping one).  A partition up to
+ * need_k that cannot be made is an error, a later one a warning.  Returns
+ * how many were made.
+ */
+static int
+outbox_make_missing(OutboxTable *table, const int64 *ks, int nks,
+					int64 need_k, bool wait)
+{
+	int64		n = outbox_table_policy(table)->partition_rows;
+	Oid			relid = outbox_table_relid(table);
+	int			made = 0;
+	int			nparts;
+	int			i;
+	OutboxPartition *parts;
+	Relation	rel;
+	OutboxPartitionJob job;
 
 	rel = table_open(relid, AccessShareLock);
 	nparts = outbox_partition_list(rel, &parts);
-	for (k = first; k <= last; k++)
-		if (outbox_range_free(parts, nparts, k * n + 1, (k + 1) * n + 1))
+	for (i = 0; i < nks; i++)
+		if (outbox_range_free(parts, nparts, ks[i] * n + 1, (ks[i] + 1) * n + 1))
 			break;
-	if (k > last)
+	if (i == nks)
 	{
 		table_close(rel, AccessShareLock);
 		return 0;				/* the usual case: all there */
 	}
-	if (!ConditionalLockRelationOid(relid, ShareUpdateExclusiveLock))
+	if (wait)
+		LockRelationOid(relid, ShareUpdateExclusiveLock);
+	else if (!ConditionalLockRelationOid(relid, ShareUpdateExclusiveLock))
 	{
 		table_close(rel, AccessShareLock);
 		return 0;
@@ -160,15 +220,14 @@ outbox_partitions_make(OutboxTable *table, int64 rows)
 	nparts = outbox_partition_list(rel, &parts);
 	outbox_partition_job(rel, &job);
 	table_close(rel, NoLock);
-	for (k = first; k <= last; k++)
+	for (i = 0; i < nks; i++)
 	{
 		ErrorData  *edata;
 
-		job.k = k;
-		job.rows = n;
-
-		if (!outbox_range_free(parts, nparts, k * n + 1, (k + 1) * n + 1))
+		if (!outbox_range_free(parts, nparts, ks[i] * n + 1, (ks[i] + 1) * n + 1))
 			continue;
+		job.k = ks[i];
+		job.rows = n;
 		/*
 		 * A partition made ahead that cannot be made (the owner lost CREATE
 		 * on the schema, a name taken) is a warning; one the rows need now
@@ -177,19 +236,29 @@ outbox_partitions_make(OutboxTable *table, int64 rows)
 		edata = outbox_partition_try(outbox_make_partition_work, &job, NULL);
 		if (edata == NULL)
 			made++;
-		else if (k * n + 1 <= next + rows - 1)
+		else if (ks[i] <= need_k)
 			ReThrowError(edata);
 		else
 		{
 			ereport(WARNING,
 					(errmsg("could not make partition " INT64_FORMAT " of outbox %s: %s",
-							k, outbox_table_name(table), edata->message),
+							ks[i], outbox_table_name(table), edata->message),
 					 errhint("It is tried again when the next rows are enqueued, and at the worker's sweeps.")));
 			FreeErrorData(edata);
 			break;
 		}
 	}
 	return made;
+}
+
+/* qsort's comparison of int64s */
+static int
+outbox_int64_cmp(const void *a, const void *b)
+{
+	int64		x = *(const int64 *) a;
+	int64		y = *(const int64 *) b;
+
+	return x < y ? -1 : x > y ? 1 : 0;
 }
 
 /*

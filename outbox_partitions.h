@@ -23,6 +23,8 @@
 extern int	outbox_partition_lock_timeout;
 
 extern int	outbox_partitions_make(OutboxTable *table, int64 rows);
+extern int	outbox_partitions_make_for(OutboxTable *table, const int64 *ids,
+									   int nids);
 extern int64 outbox_partitions_drop(OutboxTable *table, TimestampTz cutoff,
 									int max_drops, int64 *rows);
 extern bool outbox_partitions_retention(OutboxTable *table, TimestampTz now,

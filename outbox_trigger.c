@@ -56,7 +56,7 @@ static AttrNumber outbox_column(Relation rel, const char *name, Oid typid,
 static bool outbox_check_dedup_key(Relation rel, HeapTuple oldtuple,
 								   HeapTuple tuple, const OutboxColumns *cols,
 								   int64 id);
-static bool outbox_partition_key_taken(const OutboxColumns *cols,
+static bool outbox_partition_key_taken(Relation rel, const OutboxColumns *cols,
 									   Datum recipient, Datum key, int64 id);
 static bool outbox_key_holder(SPIPlanPtr plan, Datum *values,
 							  Snapshot snapshot);
@@ -761,7 +761,7 @@ outbox_check_dedup_key(Relation rel, HeapTuple oldtuple, HeapTuple tuple,
 							   TupleDescAttr(tupdesc, cols->dedup_key - 1)))
 			return false;
 	}
-	if (!outbox_partition_key_taken(cols, recipient, d, id))
+	if (!outbox_partition_key_taken(rel, cols, recipient, d, id))
 		return false;
 	if (oldtuple != NULL)
 		ereport(ERROR,
@@ -777,7 +777,8 @@ outbox_check_dedup_key(Relation rel, HeapTuple oldtuple, HeapTuple tuple,
 /*
  * outbox_partition_key_taken
  *
- * Whether a row of the partitioned outbox cols->outbox other than id holds
+ * Whether a row of the partitioned outbox cols->outbox (rel one of its
+ * partitions, owned by the outbox's owner) other than id holds
  * (recipient, key).  The key is locked first, until the transaction ends:
  * a transaction inserting it is waited for, as a unique index would, and
  * the rows are then read with a new snapshot, which sees it if it
@@ -785,8 +786,8 @@ outbox_check_dedup_key(Relation rel, HeapTuple oldtuple, HeapTuple tuple,
  * row fails as ON CONFLICT does there (40001).
  */
 static bool
-outbox_partition_key_taken(const OutboxColumns *cols, Datum recipient,
-						   Datum key, int64 id)
+outbox_partition_key_taken(Relation rel, const OutboxColumns *cols,
+						   Datum recipient, Datum key, int64 id)
 {
 	static SPIPlanPtr plan = NULL;
 	static Oid	plan_relid = InvalidOid;
@@ -795,6 +796,8 @@ outbox_partition_key_taken(const OutboxColumns *cols, Datum recipient,
 	LOCKTAG		tag;
 	Datum		values[3];
 	bool		taken;
+	Oid			save_userid;
+	int			save_sec;
 
 	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, cols->outbox,
 						 hash_combine(hash_any((unsigned char *) VARDATA_ANY(r),
@@ -804,6 +807,11 @@ outbox_partition_key_taken(const OutboxColumns *cols, Datum recipient,
 						 OUTBOX_KEY_LOCK);
 	(void) LockAcquire(&tag, ExclusiveLock, false, false);
 
+	/* read as the outbox's owner: a producer may only have INSERT on it */
+	GetUserIdAndSecContext(&save_userid, &save_sec);
+	SetUserIdAndSecContext(rel->rd_rel->relowner,
+						   save_sec | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	if (plan == NULL || plan_relid != cols->outbox)
@@ -841,6 +849,7 @@ outbox_partition_key_taken(const OutboxColumns *cols, Datum recipient,
 							text_to_cstring(k))));
 	}
 	SPI_finish();
+	SetUserIdAndSecContext(save_userid, save_sec);
 	return taken;
 }
 
