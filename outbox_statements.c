@@ -118,7 +118,7 @@ typedef struct OutboxPlanDef
 	" u AS (" \
 	"UPDATE %1$s o SET delivery_state = 'delivered'" \
 	" WHERE o.id OPERATOR(pg_catalog.=)" \
-	" ANY (ARRAY(SELECT id FROM d UNION ALL SELECT id FROM r))" \
+	" ANY (ARRAY(SELECT id FROM d UNION ALL SELECT id FROM r))%Q" \
 	" AND pg_catalog.texteq(o.delivery_state, 'pending')" \
 	" RETURNING (%2$s) AS o)" \
 	" SELECT u.o FROM u ORDER BY (u.o).id"
@@ -592,7 +592,8 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
  * A statement's text for one table: %1$s replaced by its name, %2$s by its
  * row expression, %3$s by its dead-letter table's name, %K by the ON
  * CONFLICT clause of a dedup_key, and %P<n> by nothing, or on a partitioned
- * table by the range of the ids of the array $<n>.  (Not printf: a
+ * table by the range of the ids of the array $<n> (%Q: of the claim's
+ * rows).  (Not printf: a
  * statement need not use every one of them.)
  */
 static char *
@@ -617,6 +618,19 @@ outbox_plan_text(const char *template, const char *name, const char *row_expr,
 			appendStringInfoString(&buf, partitioned ?
 								   OUTBOX_PARTITIONED_KEY_CONFLICT :
 								   OUTBOX_KEY_CONFLICT);
+			p++;
+		}
+		else if (p[0] == '%' && p[1] == 'Q')
+		{
+			/* the same for the claim's rows, the CTEs d and r */
+			if (partitioned)
+				appendStringInfoString(&buf,
+									   " AND o.id OPERATOR(pg_catalog.>=)"
+									   " (SELECT pg_catalog.min(id) FROM"
+									   " (SELECT id FROM d UNION ALL SELECT id FROM r) x)"
+									   " AND o.id OPERATOR(pg_catalog.<=)"
+									   " (SELECT pg_catalog.max(id) FROM"
+									   " (SELECT id FROM d UNION ALL SELECT id FROM r) x)");
 			p++;
 		}
 		else if (p[0] == '%' && p[1] == 'P' && p[2] >= '1' && p[2] <= '9')
