@@ -362,10 +362,17 @@ outbox_redrive(PG_FUNCTION_ARGS)
 	/* a dead letter whose partition was dropped since gets it back */
 	if (outbox_table_partitioned(t))
 	{
-		ArrayType  *a = DatumGetArrayTypeP(values[1]);
+		Datum	   *elems;
+		int64	   *ids;
+		int			n;
+		int			i;
 
-		(void) outbox_partitions_make_for(t, (int64 *) ARR_DATA_PTR(a),
-										  ArrayGetNItems(ARR_NDIM(a), ARR_DIMS(a)));
+		deconstruct_array(DatumGetArrayTypeP(values[1]), INT8OID, sizeof(int64),
+						  FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &elems, NULL, &n);
+		ids = palloc(sizeof(int64) * Max(n, 1));
+		for (i = 0; i < n; i++)
+			ids[i] = DatumGetInt64(elems[i]);
+		(void) outbox_partitions_make_for(t, ids, n);
 	}
 	values[0] = TimestampTzGetDatum(GetCurrentTimestamp());
 	outbox_spi_connect();

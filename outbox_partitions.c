@@ -9,11 +9,16 @@
  * per partition: partition k, named <table>_p<k>, holds the ids from
  * k * partition_rows + 1 up to (k + 1) * partition_rows.  The partition of
  * the sequence's next id and the one after it are made ahead, by the
- * worker at each sweep and by the enqueue functions when missing, as the
- * outbox's owner: a new table attached under SHARE UPDATE EXCLUSIVE, a lock
- * that producers and relays do not conflict with (CREATE TABLE ... PARTITION
- * OF would take ACCESS EXCLUSIVE).  A producer does it only if it gets that
- * lock at once, so producers never wait on each other for it.
+ * worker at each sweep and by the enqueue functions when missing, owned by
+ * the outbox's owner: a new table attached under SHARE UPDATE EXCLUSIVE, a
+ * lock that producers and relays do not conflict with (CREATE TABLE ...
+ * PARTITION OF would take ACCESS EXCLUSIVE).  A producer makes one ahead
+ * only if it gets that lock at once, so producers do not wait on each
+ * other for it; one whose own rows need a partition another session is
+ * making waits for that session's commit.  The statements run as the
+ * calling user, which is the definer of the SQL functions (the extension's
+ * owner: attaching clones the outbox's triggers, whose functions are
+ * granted to nobody) or the worker.
  *
  * A partition is dropped when every id of its range has been drawn, it
  * holds no open row and its newest ack is older than the retention.  The
@@ -102,10 +107,7 @@ static ErrorData *outbox_partition_try(void (*work) (void *arg), void *arg,
 									   const char *lock_timeout);
 static void outbox_lock_for_drop(void *arg);
 static void outbox_make_partition_work(void *arg);
-static void outbox_as_owner(Oid owner, Oid *save_userid, int *save_sec,
-							int *save_nestlevel);
-static void outbox_as_caller(Oid save_userid, int save_sec,
-							 int save_nestlevel);
+static int	outbox_safe_path(void);
 
 PG_FUNCTION_INFO_V1(outbox_partitions_ahead);
 
@@ -176,8 +178,9 @@ outbox_partitions_make_for(OutboxTable *table, const int64 *ids, int nids)
  *
  * Make those of partitions ks (nks of them, ascending) that are missing,
  * under the outbox's SHARE UPDATE EXCLUSIVE lock, held to the end of the
- * transaction: waited for, or (!wait) had at once or nothing is done
- * (another session is making or dropping one).  A partition up to
+ * transaction: waited for (wait, or a partition up to need_k is missing),
+ * else had at once or nothing is done (another session is making or
+ * dropping one).  A partition up to
  * need_k that cannot be made is an error, a later one a warning.  Returns
  * how many were made.
  */
@@ -204,7 +207,12 @@ outbox_make_missing(OutboxTable *table, const int64 *ks, int nks,
 		table_close(rel, AccessShareLock);
 		return 0;				/* the usual case: all there */
 	}
-	if (wait)
+	/*
+	 * A partition the rows need now is waited for: the session holding the
+	 * lock is making it, or dropping one, and this one makes it if that
+	 * session rolls back.
+	 */
+	if (wait || ks[i] <= need_k)
 		LockRelationOid(relid, ShareUpdateExclusiveLock);
 	else if (!ConditionalLockRelationOid(relid, ShareUpdateExclusiveLock))
 	{
@@ -447,8 +455,6 @@ outbox_make_partition(OutboxPartitionJob *job)
 	int			attempt;
 	char	   *qname;
 	char	   *parent;
-	Oid			save_userid;
-	int			save_sec;
 	int			save_nestlevel;
 
 	/* <table>_p<k>, the table's name shortened to fit, a number if taken */
@@ -469,12 +475,15 @@ outbox_make_partition(OutboxPartitionJob *job)
 	qname = quote_qualified_identifier(nsp, name);
 	parent = quote_qualified_identifier(nsp, job->relname);
 
-	outbox_as_owner(job->owner, &save_userid, &save_sec, &save_nestlevel);
+	save_nestlevel = outbox_safe_path();
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	if (SPI_execute(psprintf("CREATE TABLE %s (LIKE %s INCLUDING DEFAULTS"
 							 " INCLUDING CONSTRAINTS INCLUDING STORAGE"
 							 " INCLUDING COMPRESSION)", qname, parent),
+					false, 0) != SPI_OK_UTILITY ||
+		SPI_execute(psprintf("ALTER TABLE %s OWNER TO %s", qname,
+							 quote_identifier(GetUserNameFromId(job->owner, false))),
 					false, 0) != SPI_OK_UTILITY ||
 		SPI_execute(psprintf("ALTER TABLE %s ATTACH PARTITION %s"
 							 " FOR VALUES FROM (" INT64_FORMAT ") TO (" INT64_FORMAT ")",
@@ -483,7 +492,7 @@ outbox_make_partition(OutboxPartitionJob *job)
 					false, 0) != SPI_OK_UTILITY)
 		elog(ERROR, "could not make partition %s", qname);
 	SPI_finish();
-	outbox_as_caller(save_userid, save_sec, save_nestlevel);
+	AtEOXact_GUC(true, save_nestlevel);
 	ereport(DEBUG1,
 			(errmsg_internal("delivery_outbox: made partition %s of outbox %s",
 							 qname, parent)));
@@ -525,10 +534,7 @@ outbox_partition_droppable(Oid relid, TimestampTz cutoff, bool latest,
 	Datum		newest;
 	int			save_nestlevel;
 
-	save_nestlevel = NewGUCNestLevel();
-	(void) set_config_option("search_path", "pg_catalog, pg_temp",
-							 PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
+	save_nestlevel = outbox_safe_path();
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	/* open rows, then the newest ack, each from its partial index */
@@ -601,21 +607,19 @@ outbox_drop_partition(OutboxPartitionJob *job, TimestampTz cutoff)
 	/* no writer is left: a new snapshot sees every row of the partition */
 	{
 		int64		rows;
-		Oid			save_userid;
-		int			save_sec;
 		char	   *qname;
 
 		if (!outbox_partition_droppable(partid, cutoff, true, &rows))
 			return OUTBOX_DROP_KEPT;
 		qname = quote_qualified_identifier(get_namespace_name(get_rel_namespace(partid)),
 										   get_rel_name(partid));
-		outbox_as_owner(job->owner, &save_userid, &save_sec, &save_nestlevel);
+		save_nestlevel = outbox_safe_path();
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "SPI_connect failed");
 		if (SPI_execute(psprintf("DROP TABLE %s", qname), false, 0) != SPI_OK_UTILITY)
 			elog(ERROR, "could not drop partition %s", qname);
 		SPI_finish();
-		outbox_as_caller(save_userid, save_sec, save_nestlevel);
+		AtEOXact_GUC(true, save_nestlevel);
 		ereport(DEBUG1,
 				(errmsg_internal("delivery_outbox: dropped partition %s of outbox %s",
 								 qname, job->relname)));
@@ -687,29 +691,19 @@ outbox_make_partition_work(void *arg)
 }
 
 /*
- * outbox_as_owner and outbox_as_caller
+ * outbox_safe_path
  *
- * Run as an outbox's owner, with a safe search_path, and back: partitions are
- * made and dropped by the outbox's owner whoever calls (a producer with
- * only INSERT on it, the worker).
+ * A GUC nest level with search_path pinned to pg_catalog, pg_temp, for the
+ * statements run on an outbox's partitions; the caller ends it with
+ * AtEOXact_GUC(true, level).
  */
-static void
-outbox_as_owner(Oid owner, Oid *save_userid, int *save_sec,
-				int *save_nestlevel)
+static int
+outbox_safe_path(void)
 {
-	GetUserIdAndSecContext(save_userid, save_sec);
-	SetUserIdAndSecContext(owner,
-						   *save_sec | SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
-	*save_nestlevel = NewGUCNestLevel();
+	int			level = NewGUCNestLevel();
+
 	(void) set_config_option("search_path", "pg_catalog, pg_temp",
 							 PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_SAVE, true, 0, false);
-}
-
-static void
-outbox_as_caller(Oid save_userid, int save_sec, int save_nestlevel)
-{
-	AtEOXact_GUC(true, save_nestlevel);
-	SetUserIdAndSecContext(save_userid, save_sec);
+	return level;
 }
