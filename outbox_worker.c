@@ -755,7 +755,7 @@ sweeper_partitions(void)
 			SetCurrentStatementStartTimestamp();
 			StartTransactionCommand();
 			PushActiveSnapshot(GetTransactionSnapshot());
-			pgstat_report_activity(STATE_RUNNING, "delivery_outbox: sweep");
+			pgstat_report_activity(STATE_RUNNING, "delivery_outbox: partitions");
 			/* a table someone holds locked (ALTER, a drop) waits for a pass */
 			if (outbox_lock_table() &&
 				ConditionalLockRelationOid(relids[i], AccessShareLock) &&

@@ -266,7 +266,9 @@ sub wait_for_worker
 =item wait_for_sweep($node, %opts)
 
 Poll until the worker is idle after a sweep (pg_stat_activity shows the
-query "delivery_outbox: sweep").  Options: after (a timestamptz text: the
+query "delivery_outbox: sweep", or "delivery_outbox: partitions" after the
+partition upkeep that ends a sweep of a database with a partitioned
+outbox).  Options: after (a timestamptz text: the
 sweep ended after it), pid (that worker; default every worker).  Returns
 what poll_query_until returns.
 
@@ -287,7 +289,8 @@ sub wait_for_sweep
 	  : "backend_type = '$sweeper'";
 	return $node->poll_query_until(
 		'postgres', qq{
-SELECT state = 'idle' AND query = 'delivery_outbox: sweep'$after
+SELECT state = 'idle'
+       AND query IN ('delivery_outbox: sweep', 'delivery_outbox: partitions')$after
   FROM pg_stat_activity WHERE $which});
 }
 
