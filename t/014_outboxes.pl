@@ -84,7 +84,13 @@ SELECT outbox_ack(max(id), outbox => '$o') FROM $o WHERE recipient = 'agent:y';
 });
 }
 
-# the activity counters are per outbox
+# the activity counters are per outbox; the attached table's backlog gauges
+# are known once the worker has counted its rows (at the end of a sweep)
+ok( $node->poll_query_until(
+		'postgres', q{
+SELECT backlog_pending IS NOT NULL FROM delivery_outbox_activity
+ WHERE datname = 'postgres' AND outbox = 'app.delivery_outbox'::regclass}),
+	'the worker counts the backlog of the attached table');
 is( $node->safe_psql(
 		'postgres', q{
 SELECT outbox, enqueued, claimed, acked, backlog_pending, backlog_delivered
