@@ -10,9 +10,12 @@
  * statement.  What a plain INSERT re-derives from the catalogs for every
  * statement (column defaults, CHECK constraints, partial-index predicates)
  * is kept here as *planned* expression trees, invalidated like a cached
- * plan; the executor state is built from them for each row, in that row's
- * EState, as a plain INSERT builds it (and as the type cache keeps a
- * domain's constraint trees and leaves their states to each query).
+ * plan, with each index's IndexInfo as BuildIndexInfo makes it from the
+ * catalogs (its predicate the planned one, no state in it); the executor
+ * state is built from them for each row, in that row's EState, as a plain
+ * INSERT builds it (and as the type cache keeps a domain's constraint trees
+ * and leaves their states to each query).  Indexes with the same predicate
+ * share one state in a row.
  *
  * An enqueue with a dedup_key inserts as INSERT ... ON CONFLICT (recipient,
  * dedup_key) DO NOTHING does: a speculative insertion, arbitrated by the
@@ -42,6 +45,7 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
+#include "catalog/index.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_index.h"
@@ -74,7 +78,8 @@
  * The planned expressions of one table, built once per backend: defaults,
  * CHECK constraints and partial-index predicates, after expression_planner
  * (as ExecPrepareExpr would plan them), with the functions and types they
- * depend on.  Nothing executable is kept: states are built per row.
+ * depend on, and its indexes' IndexInfos.  Nothing executable is kept:
+ * states are built per row, in a copy of each IndexInfo.
  */
 typedef struct OutboxInsertCache
 {
@@ -88,14 +93,19 @@ typedef struct OutboxInsertCache
 	Expr	  **defaults;		/* per attribute, NULL: no default (NULL) */
 	int			ncheck;
 	Expr	  **checks;			/* in the order of constr->check */
-	int			npreds;
-	Oid		   *pred_index;		/* partial indexes, and their predicates */
+	int			nindexes;		/* as ExecOpenIndices would open them */
+	Oid		   *index_oids;		/* in the order of RelationGetIndexList */
+	IndexInfo **index_infos;	/* BuildIndexInfo's, or NULL: built per row */
+	int		   *index_pred;		/* its predicate in preds[], or -1 */
+	int			npreds;			/* distinct partial-index predicates */
 	List	  **preds;			/* implicit-AND lists, for ExecInitQual */
 	Oid			dedup_index;	/* unique (recipient, dedup_key), or InvalidOid */
 } OutboxInsertCache;
 
 static bool outbox_insert_intercepted(void);
 static OutboxInsertCache *outbox_insert_prepare(Relation rel);
+static void outbox_insert_open_indices(OutboxInsertCache *cache,
+									   ResultRelInfo *rri, bool speculative);
 static bool outbox_insert_plain_table(Relation rel);
 static Expr *outbox_plan_expr(Expr *expr);
 static Oid	outbox_dedup_index(Relation rel, const OutboxColumns *cols);
@@ -199,30 +209,13 @@ outbox_insert_row(OutboxTable *table, Datum *values, const char *nulls,
 		}
 
 		/*
-		 * Partial-index predicates, as ExecInsertIndexTuples would; with a
-		 * dedup_key, the unique indexes' information for a speculative
-		 * insertion too, its arbiter the (recipient, dedup_key) index.
+		 * The indexes, as ExecOpenIndices opens them; with a dedup_key, the
+		 * unique indexes' information for a speculative insertion too, its
+		 * arbiter the (recipient, dedup_key) index.
 		 */
-		ExecOpenIndices(rri, keyed);
+		outbox_insert_open_indices(cache, rri, keyed);
 		if (keyed)
 			arbiters = list_make1_oid(cache->dedup_index);
-		for (i = 0; i < rri->ri_NumIndices; i++)
-		{
-			IndexInfo  *ii = rri->ri_IndexRelationInfo[i];
-			Oid			indexoid = RelationGetRelid(rri->ri_IndexRelationDescs[i]);
-			int			p;
-
-			if (ii->ii_Predicate == NIL)
-				continue;
-			for (p = 0; p < cache->npreds; p++)
-			{
-				if (cache->pred_index[p] == indexoid)
-				{
-					ii->ii_PredicateState = ExecInitQual(cache->preds[p], NULL);
-					break;
-				}
-			}
-		}
 
 		/*
 		 * The statement's start: what the BEFORE STATEMENT trigger (the
@@ -493,6 +486,7 @@ outbox_insert_prepare(Relation rel)
 	MemoryContextReset(cache->cxt);
 	cache->inval_items = NIL;
 	cache->ncheck = 0;
+	cache->nindexes = 0;
 	cache->npreds = 0;
 	cache->direct = outbox_insert_plain_table(rel);
 	cache->dedup_index = InvalidOid;
@@ -526,27 +520,45 @@ outbox_insert_prepare(Relation rel)
 				cache->checks[i] = outbox_plan_expr(stringToNode(check[i].ccbin));
 		}
 
-		/* partial-index predicates, as ExecPrepareQual plans them */
-		indexes = RelationGetIndexList(rel);
-		cache->pred_index = palloc0(sizeof(Oid) * Max(list_length(indexes), 1));
-		cache->preds = palloc0(sizeof(List *) * Max(list_length(indexes), 1));
+		/*
+		 * The indexes ExecOpenIndices would open, with their IndexInfos and
+		 * partial-index predicates (as ExecPrepareQual plans them; equal
+		 * ones once).  An index with expressions or an exclusion constraint
+		 * has its IndexInfo built per row, as ExecOpenIndices builds it.
+		 */
+		indexes = rel->rd_rel->relhasindex ? RelationGetIndexList(rel) : NIL;
+		cache->nindexes = list_length(indexes);
+		i = Max(cache->nindexes, 1);
+		cache->index_oids = palloc0(sizeof(Oid) * i);
+		cache->index_infos = palloc0(sizeof(IndexInfo *) * i);
+		cache->index_pred = palloc0(sizeof(int) * i);
+		cache->preds = palloc0(sizeof(List *) * i);
+		i = 0;
 		foreach(lc, indexes)
 		{
-			Oid			indexoid = lfirst_oid(lc);
-			Relation	index;
-			List	   *pred;
+			Relation	index = index_open(lfirst_oid(lc), RowExclusiveLock);
+			IndexInfo  *ii = BuildIndexInfo(index);
+			int			p = -1;
 
-			index = index_open(indexoid, RowExclusiveLock);
-			pred = RelationGetIndexPredicate(index);
-			if (pred != NIL)
+			if (ii->ii_Predicate != NIL)
 			{
-				cache->pred_index[cache->npreds] = indexoid;
-				cache->preds[cache->npreds] =
-					(List *) outbox_plan_expr((Expr *) pred);
-				cache->npreds++;
+				List	   *pred = (List *) outbox_plan_expr((Expr *) ii->ii_Predicate);
+
+				for (p = 0; p < cache->npreds; p++)
+					if (equal(cache->preds[p], pred))
+						break;
+				if (p == cache->npreds)
+					cache->preds[cache->npreds++] = pred;
+				ii->ii_Predicate = cache->preds[p];
 			}
+			cache->index_oids[i] = RelationGetRelid(index);
+			cache->index_pred[i] = p;
+			if (ii->ii_Expressions == NIL && ii->ii_ExclusionOps == NULL)
+				cache->index_infos[i] = ii;
 			index_close(index, NoLock);
+			i++;
 		}
+		list_free(indexes);
 
 		MemoryContextSwitchTo(old);
 		cache->dedup_index = outbox_dedup_index(rel,
@@ -559,6 +571,56 @@ outbox_insert_prepare(Relation rel)
 	cache->userid = GetUserId();
 	cache->generation = generation;
 	return cache->direct ? cache : NULL;
+}
+
+/*
+ * outbox_insert_open_indices
+ *
+ * ExecOpenIndices(rri, speculative) for the table cache was built for, from
+ * what it keeps: each index opened and locked, a copy of its IndexInfo (or
+ * one built now), and the state of its predicate, one per distinct
+ * predicate, in the current memory context (the row's EState's).
+ */
+static void
+outbox_insert_open_indices(OutboxInsertCache *cache, ResultRelInfo *rri,
+						   bool speculative)
+{
+	int			n = cache->nindexes;
+	ExprState **predstates;
+	int			i;
+
+	rri->ri_NumIndices = 0;
+	if (n == 0)
+		return;
+	rri->ri_IndexRelationDescs = palloc(sizeof(Relation) * n);
+	rri->ri_IndexRelationInfo = palloc(sizeof(IndexInfo *) * n);
+	rri->ri_NumIndices = n;
+	predstates = palloc0(sizeof(ExprState *) * Max(cache->npreds, 1));
+	for (i = 0; i < n; i++)
+	{
+		Relation	index = index_open(cache->index_oids[i], RowExclusiveLock);
+		IndexInfo  *ii;
+		int			p = cache->index_pred[i];
+
+		if (cache->index_infos[i] != NULL)
+		{
+			ii = palloc(sizeof(IndexInfo));
+			memcpy(ii, cache->index_infos[i], sizeof(IndexInfo));
+			ii->ii_Context = CurrentMemoryContext;
+		}
+		else
+			ii = BuildIndexInfo(index);
+		if (speculative && ii->ii_Unique)
+			BuildSpeculativeIndexInfo(index, ii);
+		if (p >= 0)
+		{
+			if (predstates[p] == NULL)
+				predstates[p] = ExecInitQual(cache->preds[p], NULL);
+			ii->ii_PredicateState = predstates[p];
+		}
+		rri->ri_IndexRelationDescs[i] = index;
+		rri->ri_IndexRelationInfo[i] = ii;
+	}
 }
 
 /*
@@ -672,14 +734,28 @@ outbox_no_row_inserted(void)
 /*
  * outbox_insert_relcache_callback
  *
- * An invalidation of the table the expressions were planned for (or of
- * every relation): plan them again at next use.
+ * An invalidation of the table the expressions were planned for, of one of
+ * its indexes (or of every relation): build them again at next use.
  */
 void
 outbox_insert_relcache_callback(Datum arg, Oid relid)
 {
-	if (!OidIsValid(relid) || relid == outbox_insert_cache.relid)
+	OutboxInsertCache *cache = &outbox_insert_cache;
+	int			i;
+
+	if (!OidIsValid(relid) || relid == cache->relid)
+	{
 		outbox_insert_generation++;
+		return;
+	}
+	for (i = 0; i < cache->nindexes; i++)
+	{
+		if (cache->index_oids[i] == relid)
+		{
+			outbox_insert_generation++;
+			return;
+		}
+	}
 }
 
 /*
