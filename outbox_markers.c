@@ -129,8 +129,9 @@ typedef struct OutboxMarkerOpen
 
 static OutboxMarkerSlot *outbox_my_slot(void);
 static OutboxMarkerEntry *outbox_my_entry(Oid relid, bool create);
-static void outbox_publish_markers(void);
-static void outbox_fold_markers(OutboxMarkerSlot *slot);
+static void outbox_publish_markers(const OutboxMarkerSet *prev);
+static void outbox_fold_markers(OutboxMarkerSlot *slot,
+								OutboxMarkerSet *prev);
 static int64 outbox_set_bound(const OutboxMarkerSet *set, Oid relid);
 static void outbox_close_windows(int from);
 static void outbox_reserve_prepared(void);
@@ -220,6 +221,8 @@ outbox_marker_open(Oid relid, int64 bound, bool window)
 {
 	OutboxMarkerSlot *slot = outbox_my_slot();
 	OutboxMarkerEntry *entry;
+	OutboxMarkerSet prev;
+	bool		folded = false;
 
 	if (!outbox_can_mark())
 		return;
@@ -228,7 +231,11 @@ outbox_marker_open(Oid relid, int64 bound, bool window)
 		TransactionId xid = GetTopTransactionId();
 
 		if (slot != NULL)
-			outbox_fold_markers(slot);
+		{
+			/* the history goes into the slot with the new set, below */
+			outbox_fold_markers(slot, &prev);
+			folded = true;
+		}
 		else
 			outbox_history_fold(xid);
 		memset(&outbox_my_set, 0, sizeof(outbox_my_set));
@@ -288,7 +295,7 @@ outbox_marker_open(Oid relid, int64 bound, bool window)
 		else
 			outbox_open_lost = true;
 	}
-	outbox_publish_markers();
+	outbox_publish_markers(folded ? &prev : NULL);
 }
 
 /*
@@ -341,7 +348,7 @@ outbox_marker_row(Oid relid, int64 id)
 		changed = true;
 	}
 	if (changed)
-		outbox_publish_markers();
+		outbox_publish_markers(NULL);
 	return below;
 }
 
@@ -383,7 +390,7 @@ outbox_marker_close(Oid relid)
 					}
 				}
 			}
-			outbox_publish_markers();
+			outbox_publish_markers(NULL);
 			return;
 		}
 	}
@@ -597,7 +604,7 @@ outbox_markers_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	if (from < outbox_nopen)
 	{
 		outbox_close_windows(from);
-		outbox_publish_markers();
+		outbox_publish_markers(NULL);
 	}
 }
 
@@ -647,10 +654,13 @@ outbox_my_entry(Oid relid, bool create)
 /*
  * outbox_publish_markers
  *
- * Copy this backend's current set into its slot, live.
+ * Copy this backend's current set into its slot, live, and with prev (not
+ * NULL: a new transaction's first marker) the slot's history from
+ * outbox_fold_markers, under the same spinlock: readers see the slot
+ * before the transaction marked or after, either of which is right.
  */
 static void
-outbox_publish_markers(void)
+outbox_publish_markers(const OutboxMarkerSet *prev)
 {
 	OutboxMarkerSlot *slot = outbox_my_slot();
 
@@ -658,6 +668,8 @@ outbox_publish_markers(void)
 		return;					/* the locks are the markers */
 	SpinLockAcquire(&slot->mutex);
 	slot->dboid = MyDatabaseId;
+	if (prev != NULL)
+		slot->prev = *prev;
 	slot->cur = outbox_my_set;
 	slot->live = true;
 	SpinLockRelease(&slot->mutex);
@@ -668,11 +680,13 @@ outbox_publish_markers(void)
  *
  * Before a new transaction marks: the slot's last transaction joins the
  * history while some snapshot may not see it committed; history that every
- * snapshot sees committed is dropped.  Called outside any spinlock (the
- * visibility tests may take locks); only this backend writes the slot.
+ * snapshot sees committed is dropped.  The history is returned in *result,
+ * for outbox_publish_markers() to write with the new set.  Called outside
+ * any spinlock (the visibility tests may take locks); only this backend
+ * writes the slot, so it reads it without one.
  */
 static void
-outbox_fold_markers(OutboxMarkerSlot *slot)
+outbox_fold_markers(OutboxMarkerSlot *slot, OutboxMarkerSet *result)
 {
 	OutboxMarkerSet prev = slot->prev;
 	OutboxMarkerSet cur = slot->cur;
@@ -716,13 +730,7 @@ outbox_fold_markers(OutboxMarkerSlot *slot)
 	}
 	else if (TransactionIdIsValid(cur.xid))
 		memset(&prev, 0, sizeof(prev));
-
-	SpinLockAcquire(&slot->mutex);
-	slot->dboid = MyDatabaseId;
-	slot->prev = prev;
-	memset(&slot->cur, 0, sizeof(slot->cur));
-	slot->live = false;
-	SpinLockRelease(&slot->mutex);
+	*result = prev;
 }
 
 /*
