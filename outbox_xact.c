@@ -280,7 +280,7 @@ outbox_notify(int64 id, Oid relid, const char *channel)
 	}
 	skip_logged = false;
 
-	snprintf(payload, sizeof(payload), INT64_FORMAT, id);
+	pg_lltoa(id, payload);		/* what INT64_FORMAT prints */
 	Async_Notify(channel != NULL ? channel : outbox_channel, payload);
 	outbox_count(relid, OUTBOX_COUNT_NOTIFIED, 1);
 }
