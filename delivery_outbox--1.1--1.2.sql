@@ -930,6 +930,210 @@ BEGIN
 END
 $$;
 
+--
+-- outbox_partition(tbl, partition_rows): turn outbox tbl (made by
+-- outbox_create or taken over by outbox_attach) into a partitioned one, the
+-- table itself, rows and all, becoming its first partition
+-- (docs/partitions.md, "Converting an outbox").  A new partitioned table
+-- takes tbl's name, columns, defaults, constraints, id sequence, grants,
+-- owner, registry row and triggers; tbl, renamed <table>_p<k>, is attached
+-- for the ids below the next partition boundary, without a rewrite (one
+-- scan validates its ids).  ACCESS EXCLUSIVE on tbl to the commit.  The
+-- caller must own it.  Returns the new outbox.
+--
+CREATE FUNCTION outbox_partition(tbl regclass, partition_rows bigint)
+RETURNS regclass
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    reg record;
+    rel name;
+    nsp name;
+    owner name;
+    seq regclass;
+    seqname name;
+    is_identity boolean;
+    next_id bigint;
+    k bigint;
+    bound bigint;
+    part name;
+    tmp name;
+    t regclass;
+    idx record;
+    deps text;
+    g record;
+BEGIN
+    PERFORM @extschema@.outbox_check_relation(tbl);
+    IF partition_rows IS NULL OR partition_rows < 1 THEN
+        RAISE EXCEPTION 'partition_rows must be positive'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF tbl = '@extschema@.delivery_outbox'::regclass THEN
+        RAISE EXCEPTION 'the extension''s own table cannot be partitioned'
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'Make a partitioned outbox with outbox_create(..., partition_rows => ...).';
+    END IF;
+    SELECT * INTO reg FROM @extschema@.delivery_outbox_registry r
+     WHERE r.outbox = tbl AND r.origin <> 'default';
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'relation % is not an outbox', tbl
+            USING ERRCODE = 'wrong_object_type';
+    END IF;
+    PERFORM @extschema@.outbox_require_owner(tbl);
+    IF reg.partition_rows IS NOT NULL OR (SELECT relkind FROM pg_class WHERE oid = tbl) <> 'r' THEN
+        RAISE EXCEPTION 'outbox % is already partitioned', tbl
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    IF reg.ordered THEN
+        RAISE EXCEPTION 'a partitioned outbox cannot be ordered'
+            USING ERRCODE = 'feature_not_supported',
+                  DETAIL = format('Outbox %s is ordered.', tbl),
+                  HINT = format('outbox_configure(%L, ordered => false) first.', tbl::text);
+    END IF;
+    seq := pg_get_serial_sequence(tbl::text, 'id')::regclass;
+    IF seq IS NULL THEN
+        RAISE EXCEPTION 'outbox % cannot be partitioned: its id column has no sequence', tbl
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Give the id column an identity, or a sequence owned by it.';
+    END IF;
+    EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', tbl);
+    -- what would follow the table, not its new parent: refused
+    SELECT string_agg(DISTINCT pg_describe_object(d.classid, d.objid, d.objsubid), ', ')
+      INTO deps
+      FROM pg_depend d
+     WHERE d.refclassid = 'pg_class'::regclass AND d.refobjid = tbl
+       AND d.deptype = 'n'
+       AND (d.classid = 'pg_rewrite'::regclass
+            OR (d.classid = 'pg_constraint'::regclass
+                AND EXISTS (SELECT FROM pg_constraint c
+                             WHERE c.oid = d.objid AND c.contype = 'f'
+                               AND c.confrelid = tbl)));
+    SELECT concat_ws(', ', deps, string_agg(format('publication %I', p.pubname), ', '))
+      INTO deps
+      FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid
+     WHERE pr.prrelid = tbl;
+    deps := nullif(deps, '');
+    IF deps IS NOT NULL THEN
+        RAISE EXCEPTION 'cannot partition outbox % because other objects depend on it', tbl
+            USING ERRCODE = 'dependent_objects_still_exist',
+                  DETAIL = format('%s depend on it.', deps),
+                  HINT = 'Drop them first, and make them again on the partitioned outbox.';
+    END IF;
+    rel := (SELECT relname FROM pg_class WHERE oid = tbl);
+    nsp := (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE c.oid = tbl);
+    owner := (SELECT relowner::regrole::name FROM pg_class WHERE oid = tbl);
+    is_identity := (SELECT attidentity <> '' FROM pg_attribute
+                     WHERE attrelid = tbl AND attname = 'id');
+    -- the table keeps the ids below the first boundary above its next id
+    EXECUTE format('SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END FROM %s', seq)
+       INTO next_id;
+    next_id := greatest(next_id, 1);
+    k := (next_id - 1) / partition_rows;
+    bound := (k + 1) * partition_rows + 1;
+    part := left(rel, 63 - length('_p' || k)) || '_p' || k;
+    IF to_regclass(format('%I.%I', nsp, part)) IS NOT NULL THEN
+        RAISE EXCEPTION 'relation "%" already exists', part
+            USING ERRCODE = 'duplicate_table',
+                  HINT = 'Rename or drop that relation first.';
+    END IF;
+    -- the extension's triggers move to the new table
+    EXECUTE format('DROP TRIGGER zz_delivery_outbox_state_guard ON %s', tbl);
+    EXECUTE format('DROP TRIGGER zz_delivery_outbox_inserted ON %s', tbl);
+    EXECUTE format('DROP TRIGGER IF EXISTS zz_delivery_outbox_insert_started ON %s', tbl);
+    EXECUTE format('DROP TRIGGER IF EXISTS zz_delivery_outbox_insert_ended ON %s', tbl);
+    -- the indexes named after the table (outbox_make_outbox's) take the
+    -- partition's name, so that the new table's get theirs
+    FOR idx IN SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+                WHERE i.indrelid = tbl AND starts_with(c.relname, rel || '_')
+    LOOP
+        EXECUTE format('ALTER INDEX %I.%I RENAME TO %I', nsp, idx.relname,
+                       left(part || substr(idx.relname, length(rel) + 1), 63));
+    END LOOP;
+    EXECUTE format('ALTER TABLE %s RENAME TO %I', tbl, part);
+    tmp := rel;
+    EXECUTE format('CREATE TABLE %I.%I (LIKE %s INCLUDING DEFAULTS INCLUDING CONSTRAINTS'
+                   ' INCLUDING STORAGE INCLUDING COMPRESSION%s) PARTITION BY RANGE (id)',
+                   nsp, tmp, tbl, CASE WHEN is_identity THEN ' INCLUDING IDENTITY' ELSE '' END);
+    t := format('%I.%I', nsp, tmp)::regclass;
+    EXECUTE format('ALTER TABLE %s ADD PRIMARY KEY (id)', t);
+    IF is_identity THEN
+        -- the new identity goes on from the old one, which goes, and takes
+        -- its name
+        PERFORM setval(pg_get_serial_sequence(t::text, 'id'),
+                       greatest(next_id - 1, 1), next_id > 1);
+        seqname := (SELECT relname FROM pg_class WHERE oid = seq);
+        EXECUTE format('ALTER TABLE %s ALTER COLUMN id DROP IDENTITY', tbl);
+        IF to_regclass(format('%I.%I', nsp, seqname)) IS NULL THEN
+            EXECUTE format('ALTER SEQUENCE %s RENAME TO %I',
+                           pg_get_serial_sequence(t::text, 'id'), seqname);
+        END IF;
+    ELSE
+        -- the default (nextval of the sequence) came along: so does the sequence
+        EXECUTE format('ALTER SEQUENCE %s OWNED BY %s.id', seq, t);
+        EXECUTE format('ALTER TABLE %s ALTER COLUMN id DROP DEFAULT', tbl);
+    END IF;
+    EXECUTE format('ALTER TABLE %s OWNER TO %I', t, owner);
+    -- the grants, table and columns
+    FOR g IN SELECT a.grantee, a.privilege_type, a.is_grantable
+               FROM pg_class c, aclexplode(c.relacl) a
+              WHERE c.oid = tbl AND a.grantee <> c.relowner
+    LOOP
+        EXECUTE format('GRANT %s ON %s TO %s%s', g.privilege_type, t,
+                       CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE g.grantee::regrole::text END,
+                       CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+    END LOOP;
+    FOR g IN SELECT at.attname, a.grantee, a.privilege_type, a.is_grantable
+               FROM pg_attribute at, aclexplode(at.attacl) a
+              WHERE at.attrelid = tbl AND at.attacl IS NOT NULL AND NOT at.attisdropped
+                AND a.grantee <> (SELECT relowner FROM pg_class WHERE oid = tbl)
+    LOOP
+        EXECUTE format('GRANT %s (%I) ON %s TO %s%s', g.privilege_type, g.attname, t,
+                       CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE g.grantee::regrole::text END,
+                       CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+    END LOOP;
+    -- the registry row is the new table's; outbox_make_outbox's indexes
+    -- and triggers, which the old table gets back as a partition
+    UPDATE @extschema@.delivery_outbox_registry r
+       SET outbox = t, partition_rows = outbox_partition.partition_rows
+     WHERE r.outbox = tbl;
+    FOR idx IN
+        SELECT * FROM (VALUES
+            ('pending_idx', '(id) WHERE delivery_state OPERATOR(pg_catalog.=) ''pending'' AND not_before IS NULL'),
+            ('pending_recipient_idx', '(recipient, id) WHERE delivery_state OPERATOR(pg_catalog.=) ''pending'' AND not_before IS NULL'),
+            ('open_recipient_idx', '(recipient, id) WHERE delivery_state OPERATOR(pg_catalog.=) ANY (''{pending,delivered}''::text[])'),
+            ('delivered_idx', '(delivered_at) WHERE delivery_state OPERATOR(pg_catalog.=) ''delivered'''),
+            ('acked_idx', '(acked_at) WHERE delivery_state OPERATOR(pg_catalog.=) ''acked'''),
+            ('scheduled_idx', '(not_before, id) WHERE delivery_state OPERATOR(pg_catalog.=) ''pending'' AND not_before IS NOT NULL'),
+            ('expiring_idx', '(expires_at) WHERE delivery_state OPERATOR(pg_catalog.=) ''pending'' AND expires_at IS NOT NULL'),
+            ('dedup_idx', '(recipient, dedup_key) WHERE dedup_key IS NOT NULL')
+        ) AS v(suffix, def)
+    LOOP
+        EXECUTE format('CREATE INDEX %I ON %s %s',
+                       left(rel, 63 - length(idx.suffix) - 1) || '_' || idx.suffix, t, idx.def);
+    END LOOP;
+    PERFORM @extschema@.outbox_set_triggers(t, reg.channel);
+    -- the unique (recipient, dedup_key) index gives way to the partitions'
+    -- plain one: the state guard takes the keys now
+    FOR idx IN SELECT i.indexrelid::regclass AS name FROM pg_index i
+                WHERE i.indrelid = tbl AND i.indisunique
+                  AND pg_get_indexdef(i.indexrelid)
+                      ~ '\(recipient, dedup_key\) WHERE \(dedup_key IS NOT NULL\)$'
+    LOOP
+        EXECUTE format('DROP INDEX %s', idx.name);
+    END LOOP;
+    EXECUTE format('ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM (MINVALUE) TO (%s)',
+                   t, tbl, bound);
+    PERFORM @extschema@.outbox_invalidate(tbl);
+    PERFORM @extschema@.outbox_invalidate(t);
+    PERFORM @extschema@.outbox_partitions_ahead(t);
+    RETURN t;
+END
+$$;
+
+REVOKE ALL ON FUNCTION outbox_partition(regclass, bigint) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION outbox_attach(regclass, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION outbox_detach(regclass) FROM PUBLIC;
 REVOKE ALL ON FUNCTION outbox_configure(regclass, text, integer, interval, interval, interval, boolean, interval) FROM PUBLIC;
