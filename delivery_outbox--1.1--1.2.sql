@@ -412,13 +412,14 @@ $$;
 REVOKE ALL ON FUNCTION outbox_make_dead(regclass) FROM PUBLIC;
 
 --
--- outbox_make_outbox(tbl, channel, origin): what makes a table an outbox,
--- for outbox_create() and outbox_attach(): the delivery policy's columns
--- (where missing: nullable, no default, so no rewrite), the indexes the
--- claims need (kept where an index of that name exists), the dead-letter
--- table, the triggers, the registry row.  Not for direct use.
+-- outbox_make_indexes(tbl): the indexes the claims, the policy and the
+-- dedup keys need, named after the table (kept where an index of that name
+-- is the table's; PostgreSQL picks a free name where the name is another
+-- relation's).  (recipient, dedup_key) is unique, but on a partitioned
+-- table, which cannot have such an index: its state guard takes the keys.
+-- Not for direct use.
 --
-CREATE FUNCTION outbox_make_outbox(tbl regclass, channel text, origin text)
+CREATE FUNCTION outbox_make_indexes(tbl regclass)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -428,30 +429,10 @@ DECLARE
     nsp name := (SELECT n.nspname FROM pg_class c
                    JOIN pg_namespace n ON n.oid = c.relnamespace
                   WHERE c.oid = tbl);
-    col record;
-    have oid;
+    partitioned boolean := (SELECT relkind = 'p' FROM pg_class WHERE oid = tbl);
     idx record;
     idxname name;
-    dead regclass;
-    seq text;
-    top bigint;
-    last_id bigint;
-    partitioned boolean := (SELECT relkind = 'p' FROM pg_class WHERE oid = tbl);
 BEGIN
-    FOR col IN
-        SELECT * FROM (VALUES
-            ('not_before', 'timestamptz'::regtype), ('expires_at', 'timestamptz'::regtype),
-            ('dedup_key', 'text'::regtype), ('last_error', 'text'::regtype)) AS v(name, type)
-    LOOP
-        SELECT atttypid INTO have FROM pg_attribute
-         WHERE attrelid = tbl AND attname = col.name AND NOT attisdropped;
-        IF NOT FOUND THEN
-            EXECUTE format('ALTER TABLE %s ADD COLUMN %I %s', tbl, col.name, col.type);
-        ELSIF have <> col.type THEN
-            RAISE EXCEPTION 'column "%" of table % must be of type %', col.name, tbl, col.type
-                USING ERRCODE = 'datatype_mismatch';
-        END IF;
-    END LOOP;
     FOR idx IN
         SELECT * FROM (VALUES
             ('pending_idx', '(id) WHERE delivery_state OPERATOR(pg_catalog.=) ''pending'' AND not_before IS NULL'),
@@ -478,6 +459,70 @@ BEGIN
                            tbl, idx.def);
         END IF;
     END LOOP;
+END
+$$;
+
+REVOKE ALL ON FUNCTION outbox_make_indexes(regclass) FROM PUBLIC;
+
+--
+-- outbox_drop_triggers(tbl): drop the extension's four triggers of outbox
+-- tbl.  Not for direct use.
+--
+CREATE FUNCTION outbox_drop_triggers(tbl regclass)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    EXECUTE format('DROP TRIGGER zz_delivery_outbox_state_guard ON %s', tbl);
+    EXECUTE format('DROP TRIGGER zz_delivery_outbox_inserted ON %s', tbl);
+    EXECUTE format('DROP TRIGGER IF EXISTS zz_delivery_outbox_insert_started ON %s', tbl);
+    EXECUTE format('DROP TRIGGER IF EXISTS zz_delivery_outbox_insert_ended ON %s', tbl);
+END
+$$;
+
+REVOKE ALL ON FUNCTION outbox_drop_triggers(regclass) FROM PUBLIC;
+
+--
+-- outbox_make_outbox(tbl, channel, origin): what makes a table an outbox,
+-- for outbox_create() and outbox_attach(): the delivery policy's columns
+-- (where missing: nullable, no default, so no rewrite), the indexes the
+-- claims need (kept where an index of that name exists), the dead-letter
+-- table, the triggers, the registry row.  Not for direct use.
+--
+CREATE FUNCTION outbox_make_outbox(tbl regclass, channel text, origin text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    rel name := (SELECT relname FROM pg_class WHERE oid = tbl);
+    nsp name := (SELECT n.nspname FROM pg_class c
+                   JOIN pg_namespace n ON n.oid = c.relnamespace
+                  WHERE c.oid = tbl);
+    col record;
+    have oid;
+    dead regclass;
+    seq text;
+    top bigint;
+    last_id bigint;
+    partitioned boolean := (SELECT relkind = 'p' FROM pg_class WHERE oid = tbl);
+BEGIN
+    FOR col IN
+        SELECT * FROM (VALUES
+            ('not_before', 'timestamptz'::regtype), ('expires_at', 'timestamptz'::regtype),
+            ('dedup_key', 'text'::regtype), ('last_error', 'text'::regtype)) AS v(name, type)
+    LOOP
+        SELECT atttypid INTO have FROM pg_attribute
+         WHERE attrelid = tbl AND attname = col.name AND NOT attisdropped;
+        IF NOT FOUND THEN
+            EXECUTE format('ALTER TABLE %s ADD COLUMN %I %s', tbl, col.name, col.type);
+        ELSIF have <> col.type THEN
+            RAISE EXCEPTION 'column "%" of table % must be of type %', col.name, tbl, col.type
+                USING ERRCODE = 'datatype_mismatch';
+        END IF;
+    END LOOP;
+    PERFORM @extschema@.outbox_make_indexes(tbl);
     -- dedup keys need exactly this index (ON CONFLICT infers it); a
     -- partitioned table cannot have it: its state guard takes the keys
     IF NOT partitioned AND NOT EXISTS (SELECT FROM pg_index i
@@ -762,10 +807,7 @@ BEGIN
             USING ERRCODE = 'wrong_object_type';
     END IF;
     PERFORM @extschema@.outbox_require_owner(tbl);
-    EXECUTE format('DROP TRIGGER zz_delivery_outbox_state_guard ON %s', tbl);
-    EXECUTE format('DROP TRIGGER zz_delivery_outbox_inserted ON %s', tbl);
-    EXECUTE format('DROP TRIGGER IF EXISTS zz_delivery_outbox_insert_started ON %s', tbl);
-    EXECUTE format('DROP TRIGGER IF EXISTS zz_delivery_outbox_insert_ended ON %s', tbl);
+    PERFORM @extschema@.outbox_drop_triggers(tbl);
     FOREACH trg IN ARRAY reg.disabled_triggers LOOP
         IF EXISTS (SELECT FROM pg_trigger WHERE tgrelid = tbl AND tgname = trg) THEN
             EXECUTE format('ALTER TABLE %s ENABLE TRIGGER %I', tbl, trg);
@@ -1039,10 +1081,7 @@ BEGIN
                   HINT = 'Rename or drop that relation first.';
     END IF;
     -- the extension's triggers move to the new table
-    EXECUTE format('DROP TRIGGER zz_delivery_outbox_state_guard ON %s', tbl);
-    EXECUTE format('DROP TRIGGER zz_delivery_outbox_inserted ON %s', tbl);
-    EXECUTE format('DROP TRIGGER IF EXISTS zz_delivery_outbox_insert_started ON %s', tbl);
-    EXECUTE format('DROP TRIGGER IF EXISTS zz_delivery_outbox_insert_ended ON %s', tbl);
+    PERFORM @extschema@.outbox_drop_triggers(tbl);
     -- the indexes named after the table (outbox_make_outbox's) take the
     -- partition's name, so that the new table's get theirs
     FOR idx IN SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
@@ -1098,21 +1137,7 @@ BEGIN
     UPDATE @extschema@.delivery_outbox_registry r
        SET outbox = t, partition_rows = outbox_partition.partition_rows
      WHERE r.outbox = tbl;
-    FOR idx IN
-        SELECT * FROM (VALUES
-            ('pending_idx', '(id) WHERE delivery_state OPERATOR(pg_catalog.=) ''pending'' AND not_before IS NULL'),
-            ('pending_recipient_idx', '(recipient, id) WHERE delivery_state OPERATOR(pg_catalog.=) ''pending'' AND not_before IS NULL'),
-            ('open_recipient_idx', '(recipient, id) WHERE delivery_state OPERATOR(pg_catalog.=) ANY (''{pending,delivered}''::text[])'),
-            ('delivered_idx', '(delivered_at) WHERE delivery_state OPERATOR(pg_catalog.=) ''delivered'''),
-            ('acked_idx', '(acked_at) WHERE delivery_state OPERATOR(pg_catalog.=) ''acked'''),
-            ('scheduled_idx', '(not_before, id) WHERE delivery_state OPERATOR(pg_catalog.=) ''pending'' AND not_before IS NOT NULL'),
-            ('expiring_idx', '(expires_at) WHERE delivery_state OPERATOR(pg_catalog.=) ''pending'' AND expires_at IS NOT NULL'),
-            ('dedup_idx', '(recipient, dedup_key) WHERE dedup_key IS NOT NULL')
-        ) AS v(suffix, def)
-    LOOP
-        EXECUTE format('CREATE INDEX %I ON %s %s',
-                       left(rel, 63 - length(idx.suffix) - 1) || '_' || idx.suffix, t, idx.def);
-    END LOOP;
+    PERFORM @extschema@.outbox_make_indexes(t);
     PERFORM @extschema@.outbox_set_triggers(t, reg.channel);
     -- the unique (recipient, dedup_key) index gives way to the partitions'
     -- plain one: the state guard takes the keys now
