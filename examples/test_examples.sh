@@ -1049,7 +1049,9 @@ SQL
     elif ! command -v curl >/dev/null 2>&1; then
         skip "exporter: scraped through prometheus-postgres-exporter" \
             "curl not found (apt-get install curl)"
-    elif ! "$EXPORTER" --help 2>&1 | grep -q -- '--extend.query-path'; then
+    # (the help read whole first: grep -q stops reading at the match, and
+    # under pipefail the exporter's SIGPIPE would fail the test)
+    elif ! grep -q -- '--extend.query-path' <<<"$("$EXPORTER" --help 2>&1)"; then
         skip "exporter: scraped through prometheus-postgres-exporter" \
             "$EXPORTER has no --extend.query-path flag"
     else
