@@ -404,7 +404,7 @@ BEGIN
                                      ANY ('{max_attempts,expired,rejected}'::text[]))
         )$ddl$, nsp, dead, ts);
     EXECUTE format('ALTER TABLE %I.%I OWNER TO %I', nsp, dead,
-                   (SELECT relowner::regrole::name FROM pg_class WHERE oid = tbl));
+                   (SELECT pg_get_userbyid(relowner) FROM pg_class WHERE oid = tbl));
     RETURN format('%I.%I', nsp, dead)::regclass;
 END
 $$;
@@ -1051,21 +1051,28 @@ BEGIN
                 AND EXISTS (SELECT FROM pg_constraint c
                              WHERE c.oid = d.objid AND c.contype = 'f'
                                AND c.confrelid = tbl)));
-    SELECT concat_ws(', ', deps, string_agg(format('publication %I', p.pubname), ', '))
+    SELECT nullif(concat_ws(', ', deps, string_agg(format('publication %I', p.pubname), ', ')), '')
       INTO deps
       FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid
      WHERE pr.prrelid = tbl;
-    deps := nullif(deps, '');
+    SELECT nullif(concat_ws(', ', deps,
+                     CASE WHEN c.relrowsecurity THEN 'row-level security' END,
+                     (SELECT string_agg(format('policy %I', p.polname), ', ')
+                        FROM pg_policy p WHERE p.polrelid = tbl),
+                     (SELECT string_agg(format('rule %I', r.rulename), ', ')
+                        FROM pg_rewrite r WHERE r.ev_class = tbl)), '')
+      INTO deps
+      FROM pg_class c WHERE c.oid = tbl;
     IF deps IS NOT NULL THEN
-        RAISE EXCEPTION 'cannot partition outbox % because other objects depend on it', tbl
+        RAISE EXCEPTION 'cannot partition outbox % because other objects depend on it or would not follow it', tbl
             USING ERRCODE = 'dependent_objects_still_exist',
-                  DETAIL = format('%s depend on it.', deps),
+                  DETAIL = format('In the way: %s.', deps),
                   HINT = 'Drop them first, and make them again on the partitioned outbox.';
     END IF;
     rel := (SELECT relname FROM pg_class WHERE oid = tbl);
     nsp := (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
              WHERE c.oid = tbl);
-    owner := (SELECT relowner::regrole::name FROM pg_class WHERE oid = tbl);
+    owner := (SELECT pg_get_userbyid(relowner) FROM pg_class WHERE oid = tbl);
     is_identity := (SELECT attidentity <> '' FROM pg_attribute
                      WHERE attrelid = tbl AND attname = 'id');
     -- the table keeps the ids below the first boundary above its next id
@@ -1075,7 +1082,9 @@ BEGIN
     k := (next_id - 1) / partition_rows;
     bound := (k + 1) * partition_rows + 1;
     part := left(rel, 63 - length('_p' || k)) || '_p' || k;
-    IF to_regclass(format('%I.%I', nsp, part)) IS NOT NULL THEN
+    IF to_regclass(format('%I.%I', nsp, part)) IS NOT NULL
+       OR EXISTS (SELECT FROM pg_type WHERE typname = part
+                   AND typnamespace = (SELECT relnamespace FROM pg_class WHERE oid = tbl)) THEN
         RAISE EXCEPTION 'relation "%" already exists', part
             USING ERRCODE = 'duplicate_table',
                   HINT = 'Rename or drop that relation first.';
@@ -1108,12 +1117,14 @@ BEGIN
             EXECUTE format('ALTER SEQUENCE %s RENAME TO %I',
                            pg_get_serial_sequence(t::text, 'id'), seqname);
         END IF;
-    ELSE
-        -- the default (nextval of the sequence) came along: so does the sequence
+    END IF;
+    EXECUTE format('ALTER TABLE %s OWNER TO %I', t, owner);
+    IF NOT is_identity THEN
+        -- the default (nextval of the sequence) came along: so does the
+        -- sequence (owned by the table's owner, as OWNED BY needs)
         EXECUTE format('ALTER SEQUENCE %s OWNED BY %s.id', seq, t);
         EXECUTE format('ALTER TABLE %s ALTER COLUMN id DROP DEFAULT', tbl);
     END IF;
-    EXECUTE format('ALTER TABLE %s OWNER TO %I', t, owner);
     -- the grants, table and columns
     FOR g IN SELECT a.grantee, a.privilege_type, a.is_grantable
                FROM pg_class c, aclexplode(c.relacl) a

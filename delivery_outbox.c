@@ -189,7 +189,7 @@ _PG_init(void)
 							"Producers and relays queue behind a waiting drop for this long at most; a drop that does not get the lock in time is left for the next sweep.",
 							&outbox_partition_lock_timeout,
 							100, 1, 60000,
-							PGC_USERSET,
+							PGC_SUSET,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
 

@@ -513,13 +513,25 @@ outbox_purge(PG_FUNCTION_ARGS)
 	OutboxTable *t = outbox_target(fcinfo, 1, ACL_DELETE);
 	int64		dropped = 0;
 
-	/* a partitioned outbox drops what it can, then deletes */
-	if (outbox_table_partitioned(t))
-	{
-		(void) outbox_partitions_drop(t, cutoff, INT_MAX, &dropped);
-		(void) outbox_partitions_make(t, 0);
-	}
-	PG_RETURN_INT64(dropped + (int64) outbox_purge_rows(t, cutoff, 0));
+	int64		deleted = 0;
+	OutboxPartitionSweep *sw;
+	int			i;
+
+	if (!outbox_table_partitioned(t))
+		PG_RETURN_INT64((int64) outbox_purge_rows(t, cutoff, 0));
+	/*
+	 * A partitioned outbox: the acked rows of the partitions that stay are
+	 * deleted, partitions are made ahead, and those that qualify are
+	 * dropped last, so that the drops' lock is held for no more than the
+	 * end of the transaction.
+	 */
+	sw = outbox_partitions_sweep(t, cutoff);
+	for (i = 0; i < sw->nkept; i++)
+		deleted += (int64) outbox_purge_range(t, cutoff, sw->kept_lower[i],
+											  sw->kept_upper[i]);
+	(void) outbox_partitions_make(t, 0);
+	(void) outbox_partitions_drop(t, sw, INT_MAX, &dropped);
+	PG_RETURN_INT64(dropped + deleted);
 }
 
 

@@ -39,6 +39,8 @@
 
 #include "access/table.h"
 #include "access/xact.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "lib/qunique.h"
@@ -47,7 +49,9 @@
 #include "miscadmin.h"
 #include "partitioning/partbounds.h"
 #include "partitioning/partdesc.h"
+#include "storage/ipc.h"
 #include "storage/lmgr.h"
+#include "utils/inval.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
@@ -56,7 +60,9 @@
 #include "utils/rel.h"
 #include "utils/resowner.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
+#include "utils/backend_status.h"
 
 #include "delivery_outbox.h"
 #include "outbox_order.h"
@@ -67,7 +73,7 @@
 int			outbox_partition_lock_timeout = 100;
 
 /* What outbox_partition_try's work is given. */
-typedef struct OutboxPartitionJob
+struct OutboxPartitionJob
 {
 	Oid			relid;			/* the outbox */
 	Oid			owner;
@@ -76,7 +82,19 @@ typedef struct OutboxPartitionJob
 	Oid			partid;			/* the partition to lock */
 	int64		k;				/* the partition to make */
 	int64		rows;
-} OutboxPartitionJob;
+};
+
+/* What outbox_make_in_worker asks its worker for (in bgw_extra). */
+typedef struct OutboxMakeRequest
+{
+	Oid			dboid;
+	Oid			userid;
+	Oid			relid;
+	int64		rows;
+} OutboxMakeRequest;
+
+/* How long the partition maker waits for a lock before giving up (ms). */
+#define OUTBOX_MAKER_LOCK_TIMEOUT	2000
 
 /* One partition of an outbox: its id range [lower, upper). */
 typedef struct OutboxPartition
@@ -88,6 +106,11 @@ typedef struct OutboxPartition
 
 static int	outbox_make_missing(OutboxTable *table, const int64 *ks, int nks,
 								int64 need_k, bool wait);
+static int	outbox_partitions_wanted(OutboxTable *table, int64 rows,
+									 int64 **ks, int64 *need_k);
+static bool outbox_partitions_missing(OutboxTable *table, const int64 *ks,
+									  int nks);
+static bool outbox_make_in_worker(OutboxTable *table, int64 rows);
 static int	outbox_int64_cmp(const void *a, const void *b);
 static int	outbox_partition_list(Relation rel, OutboxPartition **parts);
 static bool outbox_range_free(const OutboxPartition *parts, int nparts,
@@ -96,7 +119,8 @@ static void outbox_make_partition(OutboxPartitionJob *job);
 static void outbox_partition_job(Relation rel, OutboxPartitionJob *job);
 static int64 outbox_partition_next_id(OutboxTable *table);
 static bool outbox_partition_droppable(Oid relid, TimestampTz cutoff,
-									   bool latest, int64 *rows);
+									   bool latest);
+static int64 outbox_partition_rows(Oid relid);
 static int	outbox_drop_partition(OutboxPartitionJob *job, TimestampTz cutoff);
 
 /* What outbox_drop_partition did. */
@@ -114,37 +138,184 @@ PG_FUNCTION_INFO_V1(outbox_partitions_ahead);
 /*
  * outbox_partitions_make
  *
- * Make the missing partitions of a partitioned outbox from the one of the
- * sequence's next id through the one rows + partition_rows ids further, if
- * the outbox's SHARE UPDATE EXCLUSIVE lock can be had at once (else another
- * session is making or dropping one: nothing is done).  The lock is held to
- * the end of the transaction.  Returns how many were made.
+ * For the enqueue functions and outbox_purge: make the missing partitions
+ * of a partitioned outbox from the one of the sequence's next id through
+ * the one rows + partition_rows ids further.  They are made by a
+ * background worker started for it, in a transaction of its own, so that
+ * the caller's transaction holds no lock for them and everyone sees them
+ * at once; where no worker can be started (or it could not make them),
+ * the caller makes them itself: the ones its rows need now waiting for the
+ * lock, the ones ahead only if the lock is had at once.  Returns how many
+ * the caller made itself.
  */
 int
 outbox_partitions_make(OutboxTable *table, int64 rows)
 {
-	int64		n = outbox_table_policy(table)->partition_rows;
-	int64		next;
-	int64		first;
-	int64		last;
-	int64		ks[64];
-	int			nks = 0;
+	int64	   *ks;
+	int			nks;
+	int64		need_k;
 
 	if (!outbox_table_partitioned(table))
 		return 0;
-	next = Max(outbox_partition_next_id(table), 1);
-	first = (next - 1) / n;
-	last = (Min(next, PG_INT64_MAX - rows - n) + rows + n - 1) / n;
-	/* a batch over more than 64 partitions: the ones past those, later */
-	while (first + nks <= last && nks < (int) lengthof(ks))
+	nks = outbox_partitions_wanted(table, rows, &ks, &need_k);
+	if (outbox_partitions_missing(table, ks, nks) &&
+		outbox_make_in_worker(table, rows))
+		AcceptInvalidationMessages();	/* what it made, seen here now */
+	return outbox_make_missing(table, ks, nks, need_k, false);
+}
+
+/*
+ * outbox_partitions_upkeep
+ *
+ * For the background worker's sweeps, and outbox_create: make the missing
+ * partitions ahead of a partitioned outbox's sequence, in the caller's
+ * transaction, only if the lock is had at once.
+ */
+int
+outbox_partitions_upkeep(OutboxTable *table)
+{
+	int64	   *ks;
+	int			nks;
+	int64		need_k;
+
+	if (!outbox_table_partitioned(table))
+		return 0;
+	nks = outbox_partitions_wanted(table, 0, &ks, &need_k);
+	return outbox_make_missing(table, ks, nks, -1, false);
+}
+
+/*
+ * outbox_partitions_wanted
+ *
+ * The partitions (*ks, ascending; returns how many) an outbox should have
+ * before rows more rows go in: from the one of the sequence's next id
+ * through the one rows + partition_rows ids further; *need_k is the last
+ * one those rows need.
+ */
+static int
+outbox_partitions_wanted(OutboxTable *table, int64 rows, int64 **ks,
+						 int64 *need_k)
+{
+	int64		n = outbox_table_policy(table)->partition_rows;
+	int64		next = Max(outbox_partition_next_id(table), 1);
+	int64		first = (next - 1) / n;
+	int64		last = (Min(next, PG_INT64_MAX - rows - n) + rows + n - 1) / n;
+	int			nks = (int) Min(last - first + 1, (int64) (MaxAllocSize / sizeof(int64)));
+	int			i;
+
+	*ks = palloc(sizeof(int64) * nks);
+	for (i = 0; i < nks; i++)
+		(*ks)[i] = first + i;
+	*need_k = (Min(next, PG_INT64_MAX - rows) + rows - 2) / n;
+	return nks;
+}
+
+/*
+ * outbox_partitions_missing
+ *
+ * Whether any of partitions ks is missing.
+ */
+static bool
+outbox_partitions_missing(OutboxTable *table, const int64 *ks, int nks)
+{
+	int64		n = outbox_table_policy(table)->partition_rows;
+	Relation	rel = table_open(outbox_table_relid(table), AccessShareLock);
+	OutboxPartition *parts;
+	int			nparts = outbox_partition_list(rel, &parts);
+	bool		missing = false;
+	int			i;
+
+	for (i = 0; i < nks && !missing; i++)
+		missing = outbox_range_free(parts, nparts, ks[i] * n + 1, (ks[i] + 1) * n + 1);
+	table_close(rel, AccessShareLock);
+	pfree(parts);
+	return missing;
+}
+
+/*
+ * outbox_make_in_worker
+ *
+ * Start a background worker that makes the partitions rows more rows need
+ * (outbox_partitions_worker_main), as the current user, and wait for it to
+ * end.  False when none could be started.  The worker gives up on a lock
+ * it does not get within OUTBOX_MAKER_LOCK_TIMEOUT (one this transaction
+ * holds, say): the caller then makes the partitions itself.
+ */
+static bool
+outbox_make_in_worker(OutboxTable *table, int64 rows)
+{
+	BackgroundWorker worker;
+	BackgroundWorkerHandle *handle;
+	OutboxMakeRequest req;
+	pid_t		pid;
+	BgwHandleStatus status;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = BGW_NEVER_RESTART;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "delivery_outbox");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "outbox_partitions_worker_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "delivery_outbox partition maker");
+	snprintf(worker.bgw_type, BGW_MAXLEN, "delivery_outbox partition maker");
+	req.dboid = MyDatabaseId;
+	req.userid = GetUserId();
+	req.relid = outbox_table_relid(table);
+	req.rows = rows;
+	StaticAssertStmt(sizeof(req) <= BGW_EXTRALEN, "bgw_extra is too small");
+	memcpy(worker.bgw_extra, &req, sizeof(req));
+	worker.bgw_notify_pid = MyProcPid;
+	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
+		return false;
+	status = WaitForBackgroundWorkerStartup(handle, &pid);
+	if (status == BGWH_STARTED)
+		status = WaitForBackgroundWorkerShutdown(handle);
+	if (status == BGWH_POSTMASTER_DIED)
+		ereport(FATAL,
+				(errcode(ERRCODE_ADMIN_SHUTDOWN),
+				 errmsg("postmaster exited while a partition was being made")));
+	pfree(handle);
+	return status == BGWH_STOPPED;
+}
+
+/*
+ * outbox_partitions_worker_main
+ *
+ * Entry point of the worker outbox_make_in_worker starts: make the
+ * partitions its request names, in a transaction of its own.
+ */
+void
+outbox_partitions_worker_main(Datum main_arg)
+{
+	OutboxMakeRequest req;
+	OutboxTable *table;
+	char		timeout[16];
+
+	memcpy(&req, MyBgworkerEntry->bgw_extra, sizeof(req));
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnectionByOid(req.dboid, req.userid, 0);
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, "delivery_outbox: making partitions");
+	snprintf(timeout, sizeof(timeout), "%d", OUTBOX_MAKER_LOCK_TIMEOUT);
+	(void) set_config_option("lock_timeout", timeout, PGC_USERSET,
+							 PGC_S_SESSION, GUC_ACTION_SET, true, 0, false);
+	if (outbox_installed() &&
+		(table = outbox_find_table(req.relid)) != NULL &&
+		outbox_table_partitioned(table))
 	{
-		ks[nks] = first + nks;
-		nks++;
+		int64	   *ks;
+		int			nks;
+		int64		need_k;
+
+		nks = outbox_partitions_wanted(table, req.rows, &ks, &need_k);
+		(void) outbox_make_missing(table, ks, nks, need_k, true);
 	}
-	/* what the rows need now: the partitions of ids up to next + rows - 1 */
-	return outbox_make_missing(table, ks, nks,
-							   (Min(next, PG_INT64_MAX - rows) + rows - 2) / n,
-							   false);
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_activity(STATE_IDLE, NULL);
+	proc_exit(0);
 }
 
 /*
@@ -270,51 +441,91 @@ outbox_int64_cmp(const void *a, const void *b)
 }
 
 /*
- * outbox_partitions_drop
+ * outbox_partitions_sweep
  *
- * Drop up to max_drops partitions of a partitioned outbox, oldest first,
- * whose ids were all drawn, that hold no open row and whose newest ack is
- * older than cutoff (DT_NOBEGIN: none qualifies).  *rows is set to the
- * number of rows they held.  Returns the number dropped.  Each drop holds
- * the outbox's ACCESS EXCLUSIVE lock to the end of the transaction: the
- * caller should end it soon.
+ * What retention at cutoff would do to a partitioned outbox, read without
+ * any lock beyond ACCESS SHARE: the partitions that qualify for a drop
+ * (their ids all drawn, no open row, no ack at or after cutoff: DT_NOBEGIN,
+ * none), oldest first, and the id ranges of the
+ * others, whose acked rows outbox_purge deletes instead.  A partition that
+ * is itself partitioned (one added by hand) never qualifies.
  */
-int64
-outbox_partitions_drop(OutboxTable *table, TimestampTz cutoff, int max_drops,
-					   int64 *rows)
+OutboxPartitionSweep *
+outbox_partitions_sweep(OutboxTable *table, TimestampTz cutoff)
 {
-	Oid			relid = outbox_table_relid(table);
+	OutboxPartitionSweep *sw = palloc0(sizeof(OutboxPartitionSweep));
 	Relation	rel;
 	OutboxPartition *parts;
 	int			nparts;
 	int64		next;
 	int			i;
+
+	sw->cutoff = cutoff;
+	if (!outbox_table_partitioned(table))
+		return sw;
+	next = outbox_partition_next_id(table);
+	rel = table_open(outbox_table_relid(table), AccessShareLock);
+	nparts = outbox_partition_list(rel, &parts);
+	sw->job = palloc(sizeof(OutboxPartitionJob));
+	outbox_partition_job(rel, sw->job);
+	table_close(rel, NoLock);
+	sw->drop = palloc(sizeof(Oid) * Max(nparts, 1));
+	sw->kept_lower = palloc(sizeof(int64) * Max(nparts, 1));
+	sw->kept_upper = palloc(sizeof(int64) * Max(nparts, 1));
+	for (i = 0; i < nparts; i++)
+	{
+		CHECK_FOR_INTERRUPTS();
+		/* the partition of the next id, or one above it, still gets rows */
+		if (!TIMESTAMP_IS_NOBEGIN(cutoff) && parts[i].upper <= next &&
+			get_rel_relkind(parts[i].relid) == RELKIND_RELATION &&
+			outbox_partition_droppable(parts[i].relid, cutoff, false))
+			sw->drop[sw->ndrop++] = parts[i].relid;
+		else
+		{
+			sw->kept_lower[sw->nkept] = parts[i].lower;
+			sw->kept_upper[sw->nkept] = parts[i].upper;
+			sw->nkept++;
+		}
+	}
+	pfree(parts);
+	return sw;
+}
+
+/*
+ * outbox_partitions_drop
+ *
+ * Drop up to max_drops of the partitions sw found, oldest first, each if
+ * the outbox's lock is had within delivery_outbox.partition_lock_timeout
+ * and it still qualifies then (the first one whose lock is not had ends
+ * it).  *rows is set to the number of rows they held.  Returns the number
+ * dropped.  Each drop holds the outbox's ACCESS EXCLUSIVE lock to the end
+ * of the transaction: the caller should end it soon, doing nothing long
+ * before then.
+ */
+int64
+outbox_partitions_drop(OutboxTable *table, OutboxPartitionSweep *sw,
+					   int max_drops, int64 *rows)
+{
+	int			i;
 	int64		dropped = 0;
-	OutboxPartitionJob job;
+	bool		more = true;
 
 	*rows = 0;
-	if (!outbox_table_partitioned(table) || TIMESTAMP_IS_NOBEGIN(cutoff))
-		return 0;
-	next = outbox_partition_next_id(table);
-	rel = table_open(relid, AccessShareLock);
-	nparts = outbox_partition_list(rel, &parts);
-	outbox_partition_job(rel, &job);
-	table_close(rel, NoLock);
-	for (i = 0; i < nparts && dropped < max_drops; i++)
+	for (i = 0; i < sw->ndrop && dropped < max_drops && more; i++)
 	{
 		int64		held;
 
 		CHECK_FOR_INTERRUPTS();
-		/* the partition of the next id, or above it, still gets rows */
-		if (parts[i].upper > next)
-			break;
-		if (!outbox_partition_droppable(parts[i].relid, cutoff, false, &held))
-			continue;
-		job.partid = parts[i].relid;
-		switch (outbox_drop_partition(&job, cutoff))
+		/*
+		 * Its rows, counted before the lock: being all acked, they can only
+		 * go (a concurrent purge), or the partition stops qualifying.
+		 */
+		held = outbox_partition_rows(sw->drop[i]);
+		sw->job->partid = sw->drop[i];
+		switch (outbox_drop_partition(sw->job, sw->cutoff))
 		{
 			case OUTBOX_DROP_NO_LOCK:
-				i = nparts;		/* later */
+				more = false;	/* later */
 				break;
 			case OUTBOX_DROP_DONE:
 				*rows += held;
@@ -323,7 +534,7 @@ outbox_partitions_drop(OutboxTable *table, TimestampTz cutoff, int max_drops,
 		}
 	}
 	if (*rows > 0)
-		outbox_count(relid, OUTBOX_COUNT_PURGED, *rows);
+		outbox_count(outbox_table_relid(table), OUTBOX_COUNT_PURGED, *rows);
 	return dropped;
 }
 
@@ -369,7 +580,15 @@ outbox_partitions_ahead(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
 				 errmsg("relation with OID %u is not a partitioned outbox",
 						PG_GETARG_OID(0))));
-	PG_RETURN_INT32(outbox_partitions_make(table, 0));
+	{
+		int64	   *ks;
+		int			nks;
+		int64		need_k;
+
+		/* the new table is this transaction's: its lock is had at once */
+		nks = outbox_partitions_wanted(table, 0, &ks, &need_k);
+		PG_RETURN_INT32(outbox_make_missing(table, ks, nks, PG_INT64_MAX, false));
+	}
 }
 
 /*
@@ -469,7 +688,11 @@ outbox_make_partition(OutboxPartitionJob *job)
 		len = pg_mbcliplen(job->relname, strlen(job->relname),
 						   NAMEDATALEN - 1 - strlen(suffix));
 		name = psprintf("%.*s%s", len, job->relname, suffix);
-		if (!OidIsValid(get_relname_relid(name, job->nspid)))
+		/* a relation's name is its row type's too */
+		if (!OidIsValid(get_relname_relid(name, job->nspid)) &&
+			!OidIsValid(GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
+										CStringGetDatum(name),
+										ObjectIdGetDatum(job->nspid))))
 			break;
 	}
 	qname = quote_qualified_identifier(nsp, name);
@@ -523,8 +746,7 @@ outbox_partition_next_id(OutboxTable *table)
  * caller may read the outbox.
  */
 static bool
-outbox_partition_droppable(Oid relid, TimestampTz cutoff, bool latest,
-						   int64 *rows)
+outbox_partition_droppable(Oid relid, TimestampTz cutoff, bool latest)
 {
 	char	   *name = quote_qualified_identifier(get_namespace_name(get_rel_namespace(relid)),
 												  get_rel_name(relid));
@@ -548,8 +770,7 @@ outbox_partition_droppable(Oid relid, TimestampTz cutoff, bool latest,
 	ok = !DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
 									 SPI_tuptable->tupdesc, 1, &isnull));
 	if (ok &&
-		SPI_execute_snapshot(SPI_prepare(psprintf("SELECT pg_catalog.max(acked_at)"
-												  "::pg_catalog.timestamptz FROM ONLY %s"
+		SPI_execute_snapshot(SPI_prepare(psprintf("SELECT pg_catalog.max(acked_at) FROM ONLY %s"
 												  " WHERE delivery_state OPERATOR(pg_catalog.=) 'acked'",
 												  name), 0, NULL),
 							 NULL, NULL, snap, InvalidSnapshot,
@@ -557,19 +778,42 @@ outbox_partition_droppable(Oid relid, TimestampTz cutoff, bool latest,
 		elog(ERROR, "could not read partition %s", name);
 	if (ok)
 	{
+		/*
+		 * A timestamptz, or a "timestamp" of UTC wall-clock time (an
+		 * attached table's): the same representation of the same instant.
+		 */
 		newest = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
 							   1, &isnull);
 		ok = isnull || DatumGetTimestampTz(newest) < cutoff;
 	}
-	*rows = 0;
-	if (ok && !latest &&
-		SPI_execute(psprintf("SELECT pg_catalog.count(*) FROM ONLY %s", name),
-					true, 1) == SPI_OK_SELECT)
-		*rows = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-											SPI_tuptable->tupdesc, 1, &isnull));
 	SPI_finish();
 	AtEOXact_GUC(true, save_nestlevel);
 	return ok;
+}
+
+/*
+ * outbox_partition_rows
+ *
+ * The number of rows of partition relid.
+ */
+static int64
+outbox_partition_rows(Oid relid)
+{
+	char	   *name = quote_qualified_identifier(get_namespace_name(get_rel_namespace(relid)),
+												  get_rel_name(relid));
+	int64		rows = 0;
+	bool		isnull;
+	int			save_nestlevel = outbox_safe_path();
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (SPI_execute(psprintf("SELECT pg_catalog.count(*) FROM ONLY %s", name),
+					true, 1) == SPI_OK_SELECT)
+		rows = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+										   SPI_tuptable->tupdesc, 1, &isnull));
+	SPI_finish();
+	AtEOXact_GUC(true, save_nestlevel);
+	return rows;
 }
 
 /*
@@ -590,7 +834,9 @@ outbox_drop_partition(OutboxPartitionJob *job, TimestampTz cutoff)
 
 	snprintf(timeout, sizeof(timeout), "%d", outbox_partition_lock_timeout);
 	edata = outbox_partition_try(outbox_lock_for_drop, job, timeout);
-	if (edata != NULL && edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+	/* not had in time, or a deadlock with another drop: later */
+	if (edata != NULL && edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE &&
+		edata->sqlerrcode != ERRCODE_T_R_DEADLOCK_DETECTED)
 		ReThrowError(edata);
 	if (edata != NULL)
 	{
@@ -606,10 +852,9 @@ outbox_drop_partition(OutboxPartitionJob *job, TimestampTz cutoff)
 
 	/* no writer is left: a new snapshot sees every row of the partition */
 	{
-		int64		rows;
 		char	   *qname;
 
-		if (!outbox_partition_droppable(partid, cutoff, true, &rows))
+		if (!outbox_partition_droppable(partid, cutoff, true))
 			return OUTBOX_DROP_KEPT;
 		qname = quote_qualified_identifier(get_namespace_name(get_rel_namespace(partid)),
 										   get_rel_name(partid));

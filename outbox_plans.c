@@ -286,6 +286,25 @@ outbox_purge_rows(OutboxTable *table, TimestampTz cutoff, int64 max_rows)
 }
 
 /*
+ * outbox_purge_range
+ *
+ * outbox_purge_rows for the ids [lower, upper) only (one partition's).
+ */
+uint64
+outbox_purge_range(OutboxTable *table, TimestampTz cutoff, int64 lower,
+				   int64 upper)
+{
+	Datum		values[4];
+	char		nulls[4] = {' ', 'n', ' ', ' '};
+
+	values[0] = TimestampTzGetDatum(cutoff);
+	values[1] = (Datum) 0;
+	values[2] = Int64GetDatum(lower);
+	values[3] = Int64GetDatum(upper);
+	return outbox_run(table, OUTBOX_PLAN_PURGE_RANGE, values, nulls, SPI_OK_DELETE);
+}
+
+/*
  * outbox_sync_backlog
  *
  * Count the open rows per state of every outbox of the database (from the

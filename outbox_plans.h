@@ -36,6 +36,8 @@ extern int	outbox_due_rows(OutboxTable *table, TimestampTz *after,
 							int64 *after_id, int64 *ids, int max);
 extern uint64 outbox_purge_rows(OutboxTable *table, TimestampTz cutoff,
 								int64 max_rows);
+extern uint64 outbox_purge_range(OutboxTable *table, TimestampTz cutoff,
+								 int64 lower, int64 upper);
 extern void outbox_sync_backlog(OutboxDatabase *db);
 extern uint64 outbox_claim_ordered(OutboxTable *table, int64 max_rows,
 								   text *recipient, text *tenant,

@@ -522,6 +522,19 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		{TABLE_TIME, INT8OID},
 		OUTBOX_SAME_SQL
 	},
+	/* the same, of the ids [$3, $4) only: one partition's */
+	[OUTBOX_PLAN_PURGE_RANGE] = {
+		"WITH d AS ("
+		"SELECT id FROM %1$s"
+		" WHERE delivery_state OPERATOR(pg_catalog.=) 'acked'"
+		" AND acked_at OPERATOR(pg_catalog.<) $1"
+		" AND id OPERATOR(pg_catalog.>=) $3 AND id OPERATOR(pg_catalog.<) $4"
+		" ORDER BY acked_at LIMIT $2 FOR UPDATE SKIP LOCKED)"
+		" DELETE FROM %1$s o USING d"
+		" WHERE o.id OPERATOR(pg_catalog.=) d.id"
+		" AND o.id OPERATOR(pg_catalog.>=) $3 AND o.id OPERATOR(pg_catalog.<) $4",
+		{TABLE_TIME, INT8OID, INT8OID, INT8OID}
+	},
 	[OUTBOX_PLAN_STATS] = {
 		OUTBOX_STATS_SQL("(SELECT pg_catalog.count(*) FROM %3$s)"),
 		{TABLE_TIME},

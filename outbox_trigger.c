@@ -41,6 +41,7 @@
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "delivery_outbox.h"
@@ -60,6 +61,7 @@ static bool outbox_partition_key_taken(Relation rel, const OutboxColumns *cols,
 									   Datum recipient, Datum key, int64 id);
 static bool outbox_key_holder(SPIPlanPtr plan, Datum *values,
 							  Snapshot snapshot);
+static Oid	outbox_rel_owner(Oid relid);
 static bool outbox_row_due(HeapTuple tuple, TupleDesc tupdesc,
 						   const OutboxColumns *cols, TimestampTz *not_before);
 static OutboxState outbox_parse_state(Relation rel, AttrNumber attnum,
@@ -90,6 +92,14 @@ PG_FUNCTION_INFO_V1(outbox_inserted);
  * markers' (outbox_marker_locks.c).
  */
 #define OUTBOX_KEY_LOCK		0x0100
+
+/*
+ * The look-up of a partitioned outbox's dedup keys, by its name, and the
+ * outbox it was prepared for; invalid once that outbox changed.
+ */
+static SPIPlanPtr outbox_key_plan = NULL;
+static Oid	outbox_key_plan_relid = InvalidOid;
+static bool outbox_key_plan_valid = false;
 
 /* The column map of the table the triggers last fired on. */
 static OutboxColumns outbox_cols;
@@ -652,6 +662,8 @@ outbox_columns(Relation rel, const char *funcname)
 	c.partition = rel->rd_rel->relispartition;
 	c.outbox = c.partition ?
 		llast_oid(get_partition_ancestors(c.relid)) : c.relid;
+	c.outbox_owner = c.partition ? outbox_rel_owner(c.outbox) :
+		rel->rd_rel->relowner;
 	c.id = outbox_column(rel, COL_ID, INT8OID, true);
 	c.recipient = outbox_column(rel, COL_RECIPIENT, TEXTOID, true);
 	c.kind = outbox_column(rel, COL_KIND, TEXTOID, true);
@@ -778,7 +790,7 @@ outbox_check_dedup_key(Relation rel, HeapTuple oldtuple, HeapTuple tuple,
  * outbox_partition_key_taken
  *
  * Whether a row of the partitioned outbox cols->outbox (rel one of its
- * partitions, owned by the outbox's owner) other than id holds
+ * partitions) other than id holds
  * (recipient, key).  The key is locked first, until the transaction ends:
  * a transaction inserting it is waited for, as a unique index would, and
  * the rows are then read with a new snapshot, which sees it if it
@@ -789,8 +801,6 @@ static bool
 outbox_partition_key_taken(Relation rel, const OutboxColumns *cols,
 						   Datum recipient, Datum key, int64 id)
 {
-	static SPIPlanPtr plan = NULL;
-	static Oid	plan_relid = InvalidOid;
 	text	   *r = DatumGetTextPP(recipient);
 	text	   *k = DatumGetTextPP(key);
 	LOCKTAG		tag;
@@ -809,12 +819,19 @@ outbox_partition_key_taken(Relation rel, const OutboxColumns *cols,
 
 	/* read as the outbox's owner: a producer may only have INSERT on it */
 	GetUserIdAndSecContext(&save_userid, &save_sec);
-	SetUserIdAndSecContext(rel->rd_rel->relowner,
+	SetUserIdAndSecContext(cols->outbox_owner,
 						   save_sec | SECURITY_LOCAL_USERID_CHANGE |
 						   SECURITY_RESTRICTED_OPERATION);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	if (plan == NULL || plan_relid != cols->outbox)
+	/* made again after any change of the outbox (a rename, say) */
+	if (outbox_key_plan != NULL &&
+		(!outbox_key_plan_valid || outbox_key_plan_relid != cols->outbox))
+	{
+		SPI_freeplan(outbox_key_plan);
+		outbox_key_plan = NULL;
+	}
+	if (outbox_key_plan == NULL)
 	{
 		Oid			argtypes[3] = {TEXTOID, TEXTOID, INT8OID};
 		char	   *sql;
@@ -828,21 +845,19 @@ outbox_partition_key_taken(Relation rel, const OutboxColumns *cols,
 		p = SPI_prepare(sql, 3, argtypes);
 		if (p == NULL)
 			elog(ERROR, "SPI_prepare failed for \"%s\"", sql);
-		if (plan != NULL)
-			SPI_freeplan(plan);
-		plan = NULL;
 		if (SPI_keepplan(p) != 0)
 			elog(ERROR, "SPI_keepplan failed");
-		plan = p;
-		plan_relid = cols->outbox;
+		outbox_key_plan = p;
+		outbox_key_plan_relid = cols->outbox;
+		outbox_key_plan_valid = true;
 	}
 	values[0] = recipient;
 	values[1] = key;
 	values[2] = Int64GetDatum(id);
-	taken = outbox_key_holder(plan, values, GetLatestSnapshot());
+	taken = outbox_key_holder(outbox_key_plan, values, GetLatestSnapshot());
 	if (taken && IsolationUsesXactSnapshot())
 	{
-		if (!outbox_key_holder(plan, values, GetTransactionSnapshot()))
+		if (!outbox_key_holder(outbox_key_plan, values, GetTransactionSnapshot()))
 			ereport(ERROR,
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 					 errmsg("could not serialize access due to concurrent insert of dedup_key \"%s\"",
@@ -851,6 +866,24 @@ outbox_partition_key_taken(Relation rel, const OutboxColumns *cols,
 	SPI_finish();
 	SetUserIdAndSecContext(save_userid, save_sec);
 	return taken;
+}
+
+/*
+ * outbox_rel_owner
+ *
+ * The owner of relation relid.
+ */
+static Oid
+outbox_rel_owner(Oid relid)
+{
+	HeapTuple	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	Oid			owner;
+
+	if (!HeapTupleIsValid(tup))
+		elog(ERROR, "cache lookup failed for relation %u", relid);
+	owner = ((Form_pg_class) GETSTRUCT(tup))->relowner;
+	ReleaseSysCache(tup);
+	return owner;
 }
 
 /*
@@ -908,6 +941,9 @@ outbox_row_due(HeapTuple tuple, TupleDesc tupdesc, const OutboxColumns *cols,
 void
 outbox_trigger_relcache_callback(Datum arg, Oid relid)
 {
-	if (!OidIsValid(relid) || relid == outbox_cols.relid)
+	if (!OidIsValid(relid) || relid == outbox_cols.relid ||
+		relid == outbox_cols.outbox)
 		outbox_cols.relid = InvalidOid;
+	if (!OidIsValid(relid) || relid == outbox_key_plan_relid)
+		outbox_key_plan_valid = false;
 }

@@ -48,6 +48,7 @@ typedef struct OutboxColumns
 	Oid			relid;			/* InvalidOid when the cache is empty */
 	Oid			outbox;			/* the outbox: relid, or a partition's root */
 	bool		partition;		/* relid is a partition of the outbox */
+	Oid			outbox_owner;	/* the outbox's owner */
 	AttrNumber	id;
 	AttrNumber	recipient;
 	AttrNumber	kind;

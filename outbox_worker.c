@@ -572,9 +572,11 @@ sweeper_step_work(SweeperJob *job)
 			(void) outbox_expire_rows(job->table, SWEEPER_MAX_ROWS);
 			break;
 		case SWEEP_PARTITIONS:
-			(void) outbox_partitions_make(job->table, 0);
+			(void) outbox_partitions_upkeep(job->table);
 			job->n = outbox_partitions_retention(job->table, job->now, &cutoff) ?
-				(int) outbox_partitions_drop(job->table, cutoff, 1, &rows) : 0;
+				(int) outbox_partitions_drop(job->table,
+											 outbox_partitions_sweep(job->table, cutoff),
+											 1, &rows) : 0;
 			break;
 	}
 }

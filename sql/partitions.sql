@@ -549,6 +549,53 @@ SELECT outbox_enqueue('agent:y', 'work', '\x01',
                       outbox => format('part.%I', repeat('y', 63))::regclass) AS id;
 
 --
+-- The dedup look-up follows the outbox through a rename and an owner
+-- change (the partitions keep their owner).
+--
+SELECT outbox_create('part', 'rn', partition_rows => 100) IS NOT NULL AS made;
+INSERT INTO part.rn (recipient, kind, payload, dedup_key) VALUES ('agent:r', 'work', '\x01', 'a1');
+ALTER TABLE part.rn RENAME TO rn2;
+-- a table of the old name, holding the key a3, is not read
+CREATE TABLE part.rn (id bigint, recipient text, dedup_key text);
+INSERT INTO part.rn VALUES (99, 'agent:r', 'a3');
+INSERT INTO part.rn2 (recipient, kind, payload, dedup_key)
+VALUES ('agent:r', 'work', '\x02', 'a3'), ('agent:r', 'work', '\x03', 'a1')
+RETURNING id, dedup_key;
+ALTER TABLE part.rn2 OWNER TO regress_part_owner;
+SELECT outbox_enqueue('agent:r', 'work', '\x04', dedup_key => 'a4', outbox => 'part.rn2') AS id;
+SELECT outbox_enqueue('agent:r', 'work', '\x05', dedup_key => 'a4', outbox => 'part.rn2') AS same_id;
+SELECT id, dedup_key FROM part.rn2 ORDER BY id;
+DROP TABLE part.rn, part.rn2;
+
+--
+-- A batch whose rows span more partitions than a partition's worth ahead
+-- (400 rows, 3 ids per partition): every partition its rows need is made.
+--
+SELECT outbox_create('part', 'wide', partition_rows => 3) IS NOT NULL AS made;
+SELECT count(*) AS enqueued
+  FROM outbox_enqueue_batch(array_fill('agent:w'::text, ARRAY[400]),
+                            array_fill('work'::text, ARRAY[400]),
+                            array_fill('\x01'::bytea, ARRAY[400]), outbox => 'part.wide');
+SELECT count(*) AS partitions FROM pg_partition_tree('part.wide') WHERE isleaf;
+DROP TABLE part.wide;
+
+--
+-- A partition that is itself partitioned (added by hand) is never dropped
+-- by retention, whatever it holds.
+--
+SELECT outbox_create('part', 'sp', partition_rows => 10) IS NOT NULL AS made;
+CREATE TABLE part.sp_extra (LIKE part.sp INCLUDING DEFAULTS INCLUDING CONSTRAINTS)
+  PARTITION BY RANGE (id);
+CREATE TABLE part.sp_extra_leaf (LIKE part.sp INCLUDING DEFAULTS INCLUDING CONSTRAINTS);
+ALTER TABLE part.sp_extra ATTACH PARTITION part.sp_extra_leaf FOR VALUES FROM (21) TO (41);
+ALTER TABLE part.sp ATTACH PARTITION part.sp_extra FOR VALUES FROM (21) TO (41);
+INSERT INTO part.sp (id, recipient, kind, payload) VALUES (21, 'agent:s', 'work', '\x01');
+SELECT setval(pg_get_serial_sequence('part.sp', 'id'), 100);
+SELECT outbox_purge('0 seconds', outbox => 'part.sp') AS purged;
+SELECT id, delivery_state, tableoid::regclass FROM part.sp ORDER BY id;
+DROP TABLE part.sp;
+
+--
 -- DROP TABLE of a partitioned outbox ends it, with its partitions; its
 -- dead-letter table stays, as for any outbox.
 --

@@ -11,6 +11,7 @@ CREATE EXTENSION delivery_outbox;
 SET client_min_messages = warning;
 DROP ROLE IF EXISTS regress_conv_owner;
 DROP ROLE IF EXISTS regress_conv_reader;
+DROP ROLE IF EXISTS "Regress Conv Tenant";
 RESET client_min_messages;
 CREATE ROLE regress_conv_owner;
 CREATE ROLE regress_conv_reader;
@@ -190,8 +191,67 @@ SELECT count(*) FROM outbox_claim(10, outbox => 'conv.seed');
 -- the seed's notifying trigger stays disabled, on the old partition
 SELECT * FROM conv_triggers WHERE tbl::text LIKE 'conv.seed%';
 
+-- the retention reads the seed table's timestamps as UTC, whatever the
+-- session's time zone: rows acked just now are not an hour old
+SELECT count(*) FROM outbox_ack(array(SELECT id FROM conv.seed WHERE delivery_state = 'delivered'),
+                                outbox => 'conv.seed');
+SELECT outbox_enqueue('agent:s', 'work', '\x03', outbox => 'conv.seed') FROM generate_series(1, 7) \g /dev/null
+SET timezone = 'Pacific/Kiritimati';
+SELECT outbox_purge('1 hour', outbox => 'conv.seed') AS purged_kiritimati;
+SET timezone = 'America/Anchorage';
+SELECT outbox_purge('1 hour', outbox => 'conv.seed') AS purged_anchorage;
+RESET timezone;
+SELECT c.oid::regclass FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+ WHERE i.inhparent = 'conv.seed'::regclass ORDER BY 1;
+
+--
+-- A seed table of a tenant role (not a superuser) with a quoting name:
+-- the sequence and the owner come along.
+--
+CREATE ROLE "Regress Conv Tenant";
+GRANT USAGE, CREATE ON SCHEMA conv TO "Regress Conv Tenant";
+SET ROLE "Regress Conv Tenant";
+CREATE TABLE conv.tseed (
+    id BIGSERIAL PRIMARY KEY,
+    recipient TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    tenant_id TEXT NULL,
+    payload BYTEA NOT NULL,
+    delivery_state TEXT NOT NULL DEFAULT 'pending',
+    delivery_attempts INTEGER NOT NULL DEFAULT 0,
+    created_at TIMESTAMP NOT NULL,
+    delivered_at TIMESTAMP NULL,
+    acked_at TIMESTAMP NULL);
+INSERT INTO conv.tseed (recipient, kind, payload, created_at)
+VALUES ('agent:t', 'work', '\x01', now() AT TIME ZONE 'UTC');
+RESET ROLE;
+GRANT EXECUTE ON FUNCTION outbox_attach(regclass, text), outbox_partition(regclass, bigint)
+  TO "Regress Conv Tenant";
+SET ROLE "Regress Conv Tenant";
+SELECT outbox_attach('conv.tseed');
+SELECT outbox_partition('conv.tseed', 10);
+INSERT INTO conv.tseed (recipient, kind, payload, created_at)
+VALUES ('agent:t', 'work', '\x02', now() AT TIME ZONE 'UTC') RETURNING id;
+RESET ROLE;
+SELECT c.oid::regclass, pg_get_userbyid(c.relowner) AS owner
+  FROM pg_class c
+ WHERE c.oid IN ('conv.tseed'::regclass, 'conv.tseed_p0'::regclass,
+                 pg_get_serial_sequence('conv.tseed', 'id')::regclass)
+ ORDER BY 1;
+
+--
+-- Row-level security would not follow the table: refused.
+--
+SELECT outbox_create('conv', 'rls');
+ALTER TABLE conv.rls ENABLE ROW LEVEL SECURITY;
+CREATE POLICY rls_t1 ON conv.rls FOR SELECT USING (tenant_id = 't1');
+SELECT outbox_partition('conv.rls', 10);
+\echo :SQLSTATE
+SELECT relkind FROM pg_class WHERE oid = 'conv.rls'::regclass;
+
 DROP SCHEMA conv CASCADE;
-DROP OWNED BY regress_conv_owner, regress_conv_reader;
+DROP OWNED BY regress_conv_owner, regress_conv_reader, "Regress Conv Tenant";
+DROP ROLE "Regress Conv Tenant";
 DROP ROLE regress_conv_owner;
 DROP ROLE regress_conv_reader;
 DROP EXTENSION delivery_outbox;
