@@ -697,7 +697,7 @@ outbox_enqueue_batch(PG_FUNCTION_ARGS)
 			ids[pos] = inserted[next++];
 		}
 	}
-	SPI_finish();
+	/* ids live in SPI's memory: into the result before it goes */
 	tupdesc = ((ReturnSetInfo *) fcinfo->resultinfo)->setDesc;
 	for (a = 0; a < n[0]; a++)
 	{
@@ -706,6 +706,7 @@ outbox_enqueue_batch(PG_FUNCTION_ARGS)
 
 		tuplestore_putvalues(tupstore, tupdesc, &v, &isnull);
 	}
+	SPI_finish();
 
 	return (Datum) 0;
 }

@@ -923,7 +923,15 @@ outbox_lock_for_drop(void *arg)
 	OutboxPartitionJob *job = arg;
 
 	LockRelationOid(job->relid, AccessExclusiveLock);
-	LockRelationOid(job->partid, AccessExclusiveLock);
+	/*
+	 * The partition's lock without waiting: a wait here (for an autovacuum
+	 * of it, say) would hold everyone up behind the outbox's lock.
+	 */
+	if (!ConditionalLockRelationOid(job->partid, AccessExclusiveLock))
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("partition %s of outbox %s is locked",
+						get_rel_name(job->partid), job->relname)));
 }
 
 /* outbox_partition_try's work: making a partition */

@@ -99,6 +99,21 @@ SELECT bool_and(id > prev) AS ids_ascend_in_input_order
 DELETE FROM delivery_outbox WHERE id IN (SELECT id FROM batch_out);
 DROP TABLE batch_in, batch_out;
 
+-- A batch whose ids outgrow the memory of the statements that inserted
+-- them (50000 ids): each position still gets its own row's id.
+CREATE TABLE batch_out AS
+SELECT b.id, b.pos
+  FROM outbox_enqueue_batch(
+         (SELECT array_agg('agent:big'::text ORDER BY g) FROM generate_series(1, 50000) g),
+         (SELECT array_agg('work'::text ORDER BY g) FROM generate_series(1, 50000) g),
+         (SELECT array_agg(int4send(g) ORDER BY g) FROM generate_series(1, 50000) g))
+       WITH ORDINALITY AS b(id, pos);
+SELECT count(*) AS returned,
+       count(*) FILTER (WHERE o.payload = int4send(r.pos::int)) AS rows_match_position
+  FROM batch_out r JOIN delivery_outbox o ON o.id = r.id;
+DELETE FROM delivery_outbox WHERE recipient = 'agent:big';
+DROP TABLE batch_out;
+
 -- in a transaction that rolls back: nothing stays
 BEGIN;
 SELECT count(*) FROM outbox_enqueue_batch(ARRAY['agent:x', 'agent:x'],
