@@ -55,6 +55,7 @@
 #include "executor/executor.h"
 #include "executor/nodeModifyTable.h"
 #include "miscadmin.h"
+#include "nodes/nodeFuncs.h"
 #include "nodes/plannodes.h"
 #include "optimizer/optimizer.h"
 #include "optimizer/planner.h"
@@ -99,6 +100,18 @@ typedef struct OutboxInsertCache
 	int		   *index_pred;		/* its predicate in preds[], or -1 */
 	int			npreds;			/* distinct partial-index predicates */
 	List	  **preds;			/* implicit-AND lists, for ExecInitQual */
+
+	/*
+	 * The states of the defaults, CHECK constraints and predicates, built
+	 * at their first use and kept for the rows after: an ExprState takes
+	 * its expression context at each evaluation.  Only an insert that is
+	 * not nested in another on this cache (in_use 1) uses them: a nested
+	 * one (a function of the outer row's inserting into the outbox) builds
+	 * its own, so that no state is evaluated within its own evaluation.
+	 */
+	ExprState **default_states;
+	ExprState **check_states;
+	ExprState **pred_states;
 	Oid			dedup_index;	/* unique (recipient, dedup_key), or InvalidOid */
 } OutboxInsertCache;
 
@@ -107,6 +120,10 @@ static OutboxInsertCache *outbox_insert_prepare(Relation rel);
 static void outbox_insert_open_indices(OutboxInsertCache *cache,
 									   ResultRelInfo *rri, bool speculative);
 static bool outbox_insert_plain_table(Relation rel);
+static bool outbox_state_per_row(Node *node, void *context);
+static ExprState *outbox_insert_state(OutboxInsertCache *cache,
+									  ExprState **kept, Expr *expr,
+									  bool qual);
 static Expr *outbox_plan_expr(Expr *expr);
 static Oid	outbox_dedup_index(Relation rel, const OutboxColumns *cols);
 static void outbox_check_conflict_visible(EState *estate, Relation rel,
@@ -205,7 +222,9 @@ outbox_insert_row(OutboxTable *table, Datum *values, const char *nulls,
 		{
 			rri->ri_ConstraintExprs = palloc(sizeof(ExprState *) * cache->ncheck);
 			for (i = 0; i < cache->ncheck; i++)
-				rri->ri_ConstraintExprs[i] = ExecInitExpr(cache->checks[i], NULL);
+				rri->ri_ConstraintExprs[i] =
+					outbox_insert_state(cache, &cache->check_states[i],
+										cache->checks[i], false);
 		}
 
 		/*
@@ -258,8 +277,10 @@ outbox_insert_row(OutboxTable *table, Datum *values, const char *nulls,
 			}
 			else if (cache->defaults[i] != NULL)
 				slot->tts_values[i] =
-					ExecEvalExprSwitchContext(ExecInitExpr(cache->defaults[i],
-														   NULL),
+					ExecEvalExprSwitchContext(outbox_insert_state(cache,
+																  &cache->default_states[i],
+																  cache->defaults[i],
+																  false),
 											  econtext,
 											  &slot->tts_isnull[i]);
 			else
@@ -497,6 +518,7 @@ outbox_insert_prepare(Relation rel)
 
 		/* defaults, as the rewriter adds them to an INSERT */
 		cache->defaults = palloc0(sizeof(Expr *) * Max(tupdesc->natts, 1));
+		cache->default_states = palloc0(sizeof(ExprState *) * Max(tupdesc->natts, 1));
 		for (i = 0; i < tupdesc->natts; i++)
 		{
 			Form_pg_attribute att = TupleDescAttr(tupdesc, i);
@@ -516,6 +538,7 @@ outbox_insert_prepare(Relation rel)
 
 			cache->ncheck = tupdesc->constr->num_check;
 			cache->checks = palloc(sizeof(Expr *) * cache->ncheck);
+			cache->check_states = palloc0(sizeof(ExprState *) * cache->ncheck);
 			for (i = 0; i < cache->ncheck; i++)
 				cache->checks[i] = outbox_plan_expr(stringToNode(check[i].ccbin));
 		}
@@ -533,6 +556,7 @@ outbox_insert_prepare(Relation rel)
 		cache->index_infos = palloc0(sizeof(IndexInfo *) * i);
 		cache->index_pred = palloc0(sizeof(int) * i);
 		cache->preds = palloc0(sizeof(List *) * i);
+		cache->pred_states = palloc0(sizeof(ExprState *) * i);
 		i = 0;
 		foreach(lc, indexes)
 		{
@@ -615,12 +639,79 @@ outbox_insert_open_indices(OutboxInsertCache *cache, ResultRelInfo *rri,
 		if (p >= 0)
 		{
 			if (predstates[p] == NULL)
-				predstates[p] = ExecInitQual(cache->preds[p], NULL);
+				predstates[p] = outbox_insert_state(cache, &cache->pred_states[p],
+													(Expr *) cache->preds[p], true);
 			ii->ii_PredicateState = predstates[p];
 		}
 		rri->ri_IndexRelationDescs[i] = index;
 		rri->ri_IndexRelationInfo[i] = ii;
 	}
+}
+
+/*
+ * outbox_state_per_row
+ *
+ * expression_tree_walker callback: true when node or a node below it is
+ * of a kind whose state may keep something of the expression context it
+ * first ran in (a hashed IN list's table in its per-query memory, a row
+ * type's reference released at its shutdown, ...): only variables,
+ * constants, function and operator calls, boolean and null tests, casts
+ * and small IN lists are kept across rows.
+ */
+static bool
+outbox_state_per_row(Node *node, void *context)
+{
+	if (node == NULL)
+		return false;
+	switch (nodeTag(node))
+	{
+		case T_List:
+		case T_Var:
+		case T_Const:
+		case T_FuncExpr:
+		case T_OpExpr:
+		case T_DistinctExpr:
+		case T_NullIfExpr:
+		case T_BoolExpr:
+		case T_NullTest:
+		case T_BooleanTest:
+		case T_RelabelType:
+		case T_CoerceViaIO:
+			break;
+		case T_ScalarArrayOpExpr:
+			if (OidIsValid(((ScalarArrayOpExpr *) node)->hashfuncid))
+				return true;
+			break;
+		default:
+			return true;
+	}
+	return expression_tree_walker(node, outbox_state_per_row, context);
+}
+
+/*
+ * outbox_insert_state
+ *
+ * The state of expr (a qual: an implicit-AND list) for this row: the one
+ * kept in *kept, built at its first use in the cache's memory, when this
+ * insert is the only one running on the cache and expr is made of nodes
+ * whose states keep nothing of the expression context they first ran in;
+ * else one of its own, in the current memory context (the row's EState's).
+ */
+static ExprState *
+outbox_insert_state(OutboxInsertCache *cache, ExprState **kept, Expr *expr,
+					bool qual)
+{
+	MemoryContext old;
+
+	if (cache->in_use != 1 || outbox_state_per_row((Node *) expr, NULL))
+		return qual ? ExecInitQual((List *) expr, NULL) : ExecInitExpr(expr, NULL);
+	if (*kept == NULL)
+	{
+		old = MemoryContextSwitchTo(cache->cxt);
+		*kept = qual ? ExecInitQual((List *) expr, NULL) : ExecInitExpr(expr, NULL);
+		MemoryContextSwitchTo(old);
+	}
+	return *kept;
 }
 
 /*

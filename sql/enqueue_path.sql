@@ -341,6 +341,29 @@ SELECT recipient, delivery_state, delivery_attempts FROM delivery_outbox
  WHERE recipient IN ('agent:sql', 'agent:direct') ORDER BY id;
 
 --
+-- An enqueue nested in another on the same outbox (a CHECK constraint
+-- whose function enqueues, evaluated while the outer row is checked): both
+-- rows go in whole, each checked (the inner one draws the later id).
+--
+CREATE FUNCTION regress_nested_enqueue(k text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF k = 'outer' THEN
+        PERFORM public.outbox_enqueue('agent:nested', 'inner', '\x0b'::bytea);
+    END IF;
+    RETURN true;
+END
+$$;
+ALTER TABLE delivery_outbox ADD CONSTRAINT regress_nested
+  CHECK (regress_nested_enqueue(kind));
+SELECT outbox_enqueue('agent:nested', 'outer', '\x0a') > :first_id AS outer_enqueued;
+SELECT outbox_enqueue('agent:nested', 'outer', '\x0c') > :first_id AS again;
+SELECT kind, payload, delivery_state FROM delivery_outbox
+ WHERE recipient = 'agent:nested' ORDER BY id;
+ALTER TABLE delivery_outbox DROP CONSTRAINT regress_nested;
+DROP FUNCTION regress_nested_enqueue(text);
+
+--
 -- everything enqueued above is pending, with consistent bookkeeping
 --
 SELECT delivery_state, delivery_attempts, count(*) > 0 AS some,
