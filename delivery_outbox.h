@@ -49,4 +49,14 @@ extern int	outbox_retain_acked;
 extern int	outbox_handover_size;
 extern int	outbox_deferred_batch_delay;
 
+/* qsort's (and qunique's) comparison of int64s */
+static inline int
+outbox_int64_cmp(const void *a, const void *b)
+{
+	int64		x = *(const int64 *) a;
+	int64		y = *(const int64 *) b;
+
+	return (x > y) - (x < y);
+}
+
 #endif							/* DELIVERY_OUTBOX_H */

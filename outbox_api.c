@@ -44,7 +44,6 @@
 #include "outbox_trigger.h"
 #include "outbox_xact.h"
 
-static int	outbox_int64_cmp(const void *a, const void *b);
 static uint64 outbox_ack_internal(OutboxTable *t, Datum ids, Datum recipient,
 								  char recipient_null);
 
@@ -742,15 +741,6 @@ outbox_invalidate(PG_FUNCTION_ARGS)
 				 errmsg("outbox must not be null")));
 	CacheInvalidateRelcacheByRelid(PG_GETARG_OID(0));
 	PG_RETURN_VOID();
-}
-
-static int
-outbox_int64_cmp(const void *a, const void *b)
-{
-	int64		x = *(const int64 *) a;
-	int64		y = *(const int64 *) b;
-
-	return (x > y) - (x < y);
 }
 
 /*

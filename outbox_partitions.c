@@ -111,7 +111,6 @@ static int	outbox_partitions_wanted(OutboxTable *table, int64 rows,
 static bool outbox_partitions_missing(OutboxTable *table, const int64 *ks,
 									  int nks);
 static bool outbox_make_in_worker(OutboxTable *table, int64 rows);
-static int	outbox_int64_cmp(const void *a, const void *b);
 static int	outbox_partition_list(Relation rel, OutboxPartition **parts);
 static bool outbox_range_free(const OutboxPartition *parts, int nparts,
 							  int64 lower, int64 upper);
@@ -158,8 +157,9 @@ outbox_partitions_make(OutboxTable *table, int64 rows)
 	if (!outbox_table_partitioned(table))
 		return 0;
 	nks = outbox_partitions_wanted(table, rows, &ks, &need_k);
-	if (outbox_partitions_missing(table, ks, nks) &&
-		outbox_make_in_worker(table, rows))
+	if (!outbox_partitions_missing(table, ks, nks))
+		return 0;				/* the usual case: all there */
+	if (outbox_make_in_worker(table, rows))
 		AcceptInvalidationMessages();	/* what it made, seen here now */
 	return outbox_make_missing(table, ks, nks, need_k, false);
 }
@@ -430,15 +430,6 @@ outbox_make_missing(OutboxTable *table, const int64 *ks, int nks,
 	return made;
 }
 
-/* qsort's comparison of int64s */
-static int
-outbox_int64_cmp(const void *a, const void *b)
-{
-	int64		x = *(const int64 *) a;
-	int64		y = *(const int64 *) b;
-
-	return x < y ? -1 : x > y ? 1 : 0;
-}
 
 /*
  * outbox_partitions_sweep
