@@ -37,6 +37,7 @@
 #include "delivery_outbox.h"
 #include "outbox_args.h"
 #include "outbox_insert.h"
+#include "outbox_owner.h"
 #include "outbox_partitions.h"
 #include "outbox_plans.h"
 #include "outbox_shmem.h"
@@ -44,8 +45,23 @@
 #include "outbox_trigger.h"
 #include "outbox_xact.h"
 
+/* outbox_enqueue's direct insert, for outbox_insert_work */
+typedef struct OutboxInsertRun
+{
+	OutboxTable *table;
+	Datum	   *values;
+	const char *nulls;
+	int64		id;
+	bool		conflict;
+	bool		inserted;		/* outbox_insert_row's result */
+} OutboxInsertRun;
+
 static uint64 outbox_ack_internal(OutboxTable *t, Datum ids, Datum recipient,
 								  char recipient_null);
+static bool outbox_insert_as_owner(OutboxTable *t, Datum *values,
+								   const char *nulls, int64 *id,
+								   bool *conflict);
+static void outbox_insert_work(void *arg);
 
 
 PG_FUNCTION_INFO_V1(outbox_enqueue);
@@ -133,7 +149,7 @@ outbox_enqueue(PG_FUNCTION_ARGS)
 	t = outbox_target(fcinfo, 7, ACL_INSERT);
 	if (outbox_table_partitioned(t))
 		(void) outbox_partitions_make(t, 1);
-	if (outbox_insert_row(t, values, nulls, &id, &conflict) && !conflict)
+	if (outbox_insert_as_owner(t, values, nulls, &id, &conflict) && !conflict)
 		PG_RETURN_INT64(id);
 	/* a key already taken: its holder's id comes from the loop below */
 
@@ -225,7 +241,7 @@ outbox_claim(PG_FUNCTION_ARGS)
 	else
 		outbox_execute(t, OUTBOX_PLAN_CLAIM + variant, values, nulls,
 					   SPI_OK_SELECT);
-	outbox_put_rows(tupstore);
+	outbox_put_rows(tupstore, ((ReturnSetInfo *) fcinfo->resultinfo)->setDesc);
 	SPI_finish();
 
 	return (Datum) 0;
@@ -494,7 +510,7 @@ outbox_replay(PG_FUNCTION_ARGS)
 	outbox_spi_connect();
 	outbox_execute(t, nulls[3] == 'n' ? OUTBOX_PLAN_REPLAY : OUTBOX_PLAN_REPLAY_T,
 				   values, nulls, SPI_OK_SELECT);
-	outbox_put_rows(tupstore);
+	outbox_put_rows(tupstore, ((ReturnSetInfo *) fcinfo->resultinfo)->setDesc);
 	SPI_finish();
 
 	return (Datum) 0;
@@ -741,6 +757,43 @@ outbox_invalidate(PG_FUNCTION_ARGS)
 				 errmsg("outbox must not be null")));
 	CacheInvalidateRelcacheByRelid(PG_GETARG_OID(0));
 	PG_RETURN_VOID();
+}
+
+/*
+ * outbox_insert_as_owner
+ *
+ * outbox_insert_row(), as the table's owner on any outbox but the default
+ * one (outbox_owner.c): its defaults, CHECK constraints and triggers run
+ * with the owner's rights, as the SQL statement's would.
+ */
+static bool
+outbox_insert_as_owner(OutboxTable *t, Datum *values, const char *nulls,
+					   int64 *id, bool *conflict)
+{
+	OutboxInsertRun run;
+
+	run.table = t;
+	run.values = values;
+	run.nulls = nulls;
+	run.id = 0;
+	run.conflict = false;
+	run.inserted = false;
+	if (OidIsValid(outbox_table_owner(t)))
+		outbox_as_owner(outbox_table_owner(t), outbox_insert_work, &run);
+	else
+		outbox_insert_work(&run);
+	*id = run.id;
+	*conflict = run.conflict;
+	return run.inserted;
+}
+
+static void
+outbox_insert_work(void *arg)
+{
+	OutboxInsertRun *run = (OutboxInsertRun *) arg;
+
+	run->inserted = outbox_insert_row(run->table, (Datum *) run->values,
+									  run->nulls, &run->id, &run->conflict);
 }
 
 /*

@@ -334,29 +334,42 @@ outbox_begin_srf(FunctionCallInfo fcinfo, bits32 flags)
 /*
  * outbox_put_rows
  *
- * Copy the whole-row values in the first column of the last SPI result into
- * the tuplestore, before SPI_finish frees them.
+ * Put the rows of the last SPI result, the default outbox's columns that
+ * are not dropped in their order (a statement's select list of
+ * outbox_table_row_expr), into the tuplestore as rows of tupdesc (the
+ * default outbox's row type), before SPI_finish frees them.
  */
 void
-outbox_put_rows(Tuplestorestate *tupstore)
+outbox_put_rows(Tuplestorestate *tupstore, TupleDesc tupdesc)
 {
+	Datum	   *values = palloc(sizeof(Datum) * Max(tupdesc->natts, 1));
+	bool	   *nulls = palloc(sizeof(bool) * Max(tupdesc->natts, 1));
 	uint64		i;
 
 	for (i = 0; i < SPI_processed; i++)
 	{
-		bool		isnull;
-		Datum		d = SPI_getbinval(SPI_tuptable->vals[i],
-									  SPI_tuptable->tupdesc, 1, &isnull);
-		HeapTupleHeader hdr;
-		HeapTupleData tuple;
+		int			col = 0;
+		int			a;
 
-		if (isnull)
-			elog(ERROR, "outbox statement returned a null row");
-		hdr = DatumGetHeapTupleHeader(d);
-		tuple.t_len = HeapTupleHeaderGetDatumLength(hdr);
-		ItemPointerSetInvalid(&tuple.t_self);
-		tuple.t_tableOid = InvalidOid;
-		tuple.t_data = hdr;
-		tuplestore_puttuple(tupstore, &tuple);
+		for (a = 0; a < tupdesc->natts; a++)
+		{
+			if (TupleDescAttr(tupdesc, a)->attisdropped)
+			{
+				values[a] = (Datum) 0;
+				nulls[a] = true;
+				continue;
+			}
+			if (++col > SPI_tuptable->tupdesc->natts)
+				elog(ERROR, "outbox statement returned %d columns, expected more",
+					 SPI_tuptable->tupdesc->natts);
+			values[a] = SPI_getbinval(SPI_tuptable->vals[i],
+									  SPI_tuptable->tupdesc, col, &nulls[a]);
+		}
+		if (col != SPI_tuptable->tupdesc->natts)
+			elog(ERROR, "outbox statement returned %d columns, expected %d",
+				 SPI_tuptable->tupdesc->natts, col);
+		tuplestore_putvalues(tupstore, tupdesc, values, nulls);
 	}
+	pfree(values);
+	pfree(nulls);
 }

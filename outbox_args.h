@@ -44,6 +44,6 @@ extern void outbox_check_interval(FunctionCallInfo fcinfo, int argno,
 extern Datum outbox_cutoff(FunctionCallInfo fcinfo, int argno);
 extern Datum outbox_count_result(uint64 count);
 extern Tuplestorestate *outbox_begin_srf(FunctionCallInfo fcinfo, bits32 flags);
-extern void outbox_put_rows(Tuplestorestate *tupstore);
+extern void outbox_put_rows(Tuplestorestate *tupstore, TupleDesc tupdesc);
 
 #endif							/* OUTBOX_ARGS_H */

@@ -30,10 +30,22 @@
 #include "utils/guc.h"
 
 #include "delivery_outbox.h"
+#include "outbox_owner.h"
 #include "outbox_statements.h"
 #include "outbox_table.h"
 
+/* one statement to run, for outbox_execute_work */
+typedef struct OutboxStatementRun
+{
+	OutboxTable *table;
+	OutboxPlanId id;
+	Datum	   *values;
+	const char *nulls;
+	int			rc;				/* SPI_execute_plan's result */
+} OutboxStatementRun;
+
 static SPIPlanPtr outbox_plan(OutboxTable *table, OutboxPlanId id);
+static void outbox_execute_work(void *arg);
 static char *outbox_plan_text(const char *template, const char *name,
 							  const char *row_expr, const char *dead,
 							  bool partitioned);
@@ -43,8 +55,9 @@ StaticAssertDecl(OUTBOX_NUM_PLANS <= OUTBOX_NUM_PLANS_MAX,
 
 /*
  * The statements, one entry per OutboxPlanId: the text, in which %1$s is the
- * table's qualified name and %2$s the expression that makes its row o one of
- * the default outbox's type, and the parameter types.  Every operator and
+ * table's qualified name and %2$s the select list of its row o as the
+ * default outbox's columns (outbox_put_rows makes rows of them), and the
+ * parameter types.  Every operator and
  * function is qualified, the state literals stay literal (so the partial
  * indexes' predicates are proven from the query text, whatever the
  * parameter values), and each multi-row change either skips locked rows or
@@ -120,8 +133,8 @@ typedef struct OutboxPlanDef
 	" WHERE o.id OPERATOR(pg_catalog.=)" \
 	" ANY (ARRAY(SELECT id FROM d UNION ALL SELECT id FROM r))%Q" \
 	" AND pg_catalog.texteq(o.delivery_state, 'pending')" \
-	" RETURNING (%2$s) AS o)" \
-	" SELECT u.o FROM u ORDER BY (u.o).id"
+	" RETURNING %2$s)" \
+	" SELECT u.* FROM u ORDER BY u.id"
 #define OUTBOX_BY_RECIPIENT	" AND recipient OPERATOR(pg_catalog.=) $2"
 #define OUTBOX_BY_TENANT	" AND tenant_id OPERATOR(pg_catalog.=) $3"
 
@@ -276,8 +289,8 @@ static const char outbox_same_sql[] = "";
 	"UPDATE %1$s o SET delivery_state = 'delivered' FROM c" \
 	" WHERE o.id OPERATOR(pg_catalog.=) c.id" \
 	" AND pg_catalog.texteq(o.delivery_state, 'pending')" \
-	" RETURNING (%2$s) AS o)" \
-	" SELECT u.o FROM u ORDER BY (u.o).id"
+	" RETURNING %2$s)" \
+	" SELECT u.* FROM u ORDER BY u.id"
 #define OUTBOX_LEGACY_REQUEUE_SQL(lock) \
 	"WITH l AS (" lock ")," \
 	" u AS (UPDATE %1$s o SET delivery_state = 'pending' FROM l" \
@@ -593,8 +606,8 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		"UPDATE %1$s o SET delivery_state = 'delivered'"
 		" WHERE o.id OPERATOR(pg_catalog.=) ANY ($1)"
 		" AND pg_catalog.texteq(o.delivery_state, 'pending')"
-		" RETURNING (%2$s) AS o)"
-		" SELECT u.o FROM u ORDER BY (u.o).id",
+		" RETURNING %2$s)"
+		" SELECT u.* FROM u ORDER BY u.id",
 		{INT8ARRAYOID}
 	},
 };
@@ -603,7 +616,7 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
  * outbox_plan_text
  *
  * A statement's text for one table: %1$s replaced by its name, %2$s by its
- * row expression, %3$s by its dead-letter table's name, %K by the ON
+ * row's select list, %3$s by its dead-letter table's name, %K by the ON
  * CONFLICT clause of a dedup_key, and %P<n> by nothing, or on a partitioned
  * table by the range of the ids of the array $<n> (%Q: of the claim's
  * rows).  (Not printf: a
@@ -759,22 +772,56 @@ outbox_spi_connect(void)
 /*
  * outbox_execute
  *
- * Run one kept statement; the caller is connected to SPI.  Anything but the
- * expected SPI result is a can't-happen error.  Returns SPI_processed.
+ * Run one kept statement; the caller is connected to SPI.  On any outbox
+ * but the default one the statement is prepared and run as the table's
+ * owner (outbox_owner.c): the table's triggers, constraints and defaults
+ * never run with the rights of the function's definer or the worker's.
+ * Anything but the expected SPI result is a can't-happen error.  Returns
+ * SPI_processed.
  */
 uint64
 outbox_execute(OutboxTable *table, OutboxPlanId id, Datum *values,
 			   const char *nulls, int expected)
 {
-	SPIPlanPtr	plan = outbox_plan(table, id);
-	int			rc;
+	OutboxStatementRun run;
 
-	rc = SPI_execute_plan(plan, values, nulls, false, 0);
-	if (rc != expected)
+	run.table = table;
+	run.id = id;
+	run.values = values;
+	run.nulls = nulls;
+	run.rc = 0;
+	outbox_table_plans_pin();
+	PG_TRY();
+	{
+		if (OidIsValid(outbox_table_owner(table)))
+			outbox_as_owner(outbox_table_owner(table), outbox_execute_work, &run);
+		else
+			outbox_execute_work(&run);
+	}
+	PG_FINALLY();
+	{
+		outbox_table_plans_unpin();
+	}
+	PG_END_TRY();
+	if (run.rc != expected)
 		elog(ERROR, "outbox statement %d returned %s, expected %s",
-			 (int) id, SPI_result_code_string(rc),
+			 (int) id, SPI_result_code_string(run.rc),
 			 SPI_result_code_string(expected));
 	return SPI_processed;
+}
+
+/*
+ * outbox_execute_work
+ *
+ * outbox_execute's statement, as whoever runs it.
+ */
+static void
+outbox_execute_work(void *arg)
+{
+	OutboxStatementRun *run = (OutboxStatementRun *) arg;
+
+	run->rc = SPI_execute_plan(outbox_plan(run->table, run->id), run->values,
+							   run->nulls, false, 0);
 }
 
 /*

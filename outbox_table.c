@@ -49,6 +49,7 @@
 #include "utils/syscache.h"
 
 #include "delivery_outbox.h"
+#include "outbox_owner.h"
 #include "outbox_table.h"
 
 /* The names of the extension's table and of its registry of outboxes. */
@@ -69,7 +70,10 @@ struct OutboxTable
 	bool		valid;			/* false: re-check at next use */
 	MemoryContext cxt;			/* the strings and plan sets below */
 	char	   *name;			/* quoted "schema"."table" */
-	char	   *row_expr;		/* its row o as the default outbox's row type */
+	char	   *row_expr;		/* its row o as the default outbox's columns */
+	Oid			owner;			/* whose rights its code runs with, or
+								 * InvalidOid: the default outbox's, the
+								 * caller's (see outbox_owner.c) */
 	bool		utc;			/* timestamps are "timestamp", read as UTC */
 	bool		has_policy;		/* has the delivery policy's columns (1.2) */
 	bool		registered;		/* made or attached: in the registry */
@@ -93,6 +97,7 @@ static bool outbox_registry_row(Oid relid, char **channel,
 static void outbox_policy_defaults(OutboxPolicy *policy);
 static Oid	outbox_member_table(Oid ext_oid);
 static Oid	outbox_extension_table(void);
+static void outbox_retire_plan(SPIPlanPtr plan);
 
 /* An outbox is a table, or a table partitioned by id (docs/partitions.md). */
 #define outbox_relkind_ok(relkind) \
@@ -105,6 +110,14 @@ static HTAB *outbox_tables = NULL;
 static Oid	outbox_ext_oid = InvalidOid;
 static Oid	outbox_default_relid = InvalidOid;
 static bool outbox_default_stale = false;
+
+/*
+ * Statements running now (outbox_table_plans_pin), and the plans of
+ * entries cleared meanwhile: a table renamed by a trigger of a statement
+ * that runs one of its plans must not have that plan freed under it.
+ */
+static int	outbox_plans_pinned = 0;
+static List *outbox_retired_plans = NIL;
 
 
 /*
@@ -415,11 +428,10 @@ outbox_table_check(OutboxTable *table)
 		else
 			dead = InvalidOid;
 	}
-	if (table->relid == outbox_default_relid)
-		row_expr = pstrdup("o");
-	else
-		row_expr = outbox_row_expr(table->relid,
-								   outbox_default_table()->relid, &utc);
+	row_expr = outbox_row_expr(table->relid,
+							   table->relid == outbox_default_relid ?
+							   table->relid : outbox_default_table()->relid,
+							   &utc);
 
 	/* a changed name or shape: drop everything built on the old one */
 	if (table->name != NULL &&
@@ -444,6 +456,8 @@ outbox_table_check(OutboxTable *table)
 	}
 	/* the settings, re-read at every check */
 	table->registered = registered;
+	table->owner = table->relid == outbox_default_relid ? InvalidOid :
+		outbox_rel_owner(table->relid);
 	table->partitioned = get_rel_relkind(table->relid) == RELKIND_PARTITIONED_TABLE;
 	table->channel = channel != NULL ?
 		MemoryContextStrdup(table->cxt, channel) : NULL;
@@ -485,7 +499,7 @@ outbox_table_clear(OutboxTable *table)
 		for (i = 0; i < OUTBOX_NUM_PLANS_MAX; i++)
 		{
 			if (set->plans[i] != NULL)
-				SPI_freeplan(set->plans[i]);
+				outbox_retire_plan(set->plans[i]);
 		}
 	}
 	if (table->cxt != NULL)
@@ -504,12 +518,15 @@ outbox_table_clear(OutboxTable *table)
 /*
  * outbox_row_expr
  *
- * The expression, on alias o for a row of relid, that makes it a row of the
- * default outbox's type (defrelid's): its columns by name, in defrelid's
- * order, a missing one NULL, and a "timestamp" column (UTC) made
- * timestamptz.  Sets *utc when relid's created_at is a "timestamp".  From
- * the catalog caches only: no lock is taken on either table, so that a
- * lock on one outbox never holds up another.
+ * The select list, on alias o for a row of relid, of the default outbox's
+ * columns (defrelid's, the type the claim and replay functions return):
+ * each of its columns that is not dropped, by name and in its order, a
+ * missing one NULL, a "timestamp" column (UTC) made timestamptz.
+ * outbox_put_rows() forms the rows of the default outbox's type from it in
+ * C, so that a statement run as the table's owner needs no privilege on
+ * the extension's schema.  Sets *utc when relid's created_at is a
+ * "timestamp".  From the catalog caches only: no lock is taken on either
+ * table, so that a lock on one outbox never holds up another.
  */
 static char *
 outbox_row_expr(Oid relid, Oid defrelid, bool *utc)
@@ -527,7 +544,6 @@ outbox_row_expr(Oid relid, Oid defrelid, bool *utc)
 	ReleaseSysCache(tup);
 
 	initStringInfo(&buf);
-	appendStringInfoString(&buf, "ROW(");
 	for (i = 1; i <= natts; i++)
 	{
 		char	   *name = get_attname(defrelid, i, true);
@@ -557,10 +573,8 @@ outbox_row_expr(Oid relid, Oid defrelid, bool *utc)
 		}
 		else
 			appendStringInfo(&buf, "o.%s", quote_identifier(name));
+		appendStringInfo(&buf, " AS %s", quote_identifier(name));
 	}
-	appendStringInfo(&buf, ")::%s",
-					 quote_qualified_identifier(get_namespace_name(get_rel_namespace(defrelid)),
-												get_rel_name(defrelid)));
 	return buf.data;
 }
 
@@ -691,6 +705,12 @@ Oid
 outbox_table_relid(OutboxTable *table)
 {
 	return table->relid;
+}
+
+Oid
+outbox_table_owner(OutboxTable *table)
+{
+	return table->owner;
 }
 
 const char *
@@ -879,4 +899,59 @@ outbox_lock_table(void)
 
 	UnlockRelationOid(relid, RowExclusiveLock);
 	return false;
+}
+
+/*
+ * outbox_table_plans_pin
+ *
+ * A statement prepared on some outbox starts running: no plan is freed
+ * until every statement started has ended (outbox_table_plans_unpin, on
+ * every path).  A trigger of the running statement may rename the table
+ * (or otherwise make its entry drop its plans), and the plan running must
+ * not go under it.
+ */
+void
+outbox_table_plans_pin(void)
+{
+	outbox_plans_pinned++;
+}
+
+/*
+ * outbox_table_plans_unpin
+ *
+ * A statement ended: the last one frees the plans retired meanwhile.
+ */
+void
+outbox_table_plans_unpin(void)
+{
+	Assert(outbox_plans_pinned > 0);
+	if (--outbox_plans_pinned > 0 || outbox_retired_plans == NIL)
+		return;
+	while (outbox_retired_plans != NIL)
+	{
+		SPIPlanPtr	plan = linitial(outbox_retired_plans);
+
+		outbox_retired_plans = list_delete_first(outbox_retired_plans);
+		SPI_freeplan(plan);
+	}
+}
+
+/*
+ * outbox_retire_plan
+ *
+ * Free a kept plan now, or once no statement is running (see above).
+ */
+static void
+outbox_retire_plan(SPIPlanPtr plan)
+{
+	MemoryContext old;
+
+	if (outbox_plans_pinned == 0)
+	{
+		SPI_freeplan(plan);
+		return;
+	}
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	outbox_retired_plans = lappend(outbox_retired_plans, plan);
+	MemoryContextSwitchTo(old);
 }

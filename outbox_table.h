@@ -52,6 +52,7 @@ extern bool outbox_channel_of(Oid relid, char **channel);
 extern const char *outbox_default_channel(Oid relid);
 extern bool outbox_table_is_ordered(Oid relid);
 extern Oid	outbox_table_relid(OutboxTable *table);
+extern Oid	outbox_table_owner(OutboxTable *table);
 extern const char *outbox_table_name(OutboxTable *table);
 extern const char *outbox_table_row_expr(OutboxTable *table);
 extern bool outbox_table_utc(OutboxTable *table);
@@ -62,6 +63,8 @@ extern bool outbox_table_partitioned(OutboxTable *table);
 extern const char *outbox_table_dead_name(OutboxTable *table);
 extern Oid	outbox_table_dead_relid(OutboxTable *table);
 extern SPIPlanPtr *outbox_table_plans(OutboxTable *table);
+extern void outbox_table_plans_pin(void);
+extern void outbox_table_plans_unpin(void);
 
 extern bool outbox_installed(void);
 extern bool outbox_lock_table(void);
