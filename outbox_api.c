@@ -80,6 +80,17 @@ PG_FUNCTION_INFO_V1(outbox_purge);
 PG_FUNCTION_INFO_V1(outbox_enqueue_batch);
 PG_FUNCTION_INFO_V1(outbox_calling_role);
 PG_FUNCTION_INFO_V1(outbox_invalidate);
+PG_FUNCTION_INFO_V1(outbox_run_as_owner);
+
+/* outbox_run_as_owner's command, for outbox_command_work */
+typedef struct OutboxCommandRun
+{
+	const char *command;
+	MemoryContext result_cxt;	/* where the result goes */
+	char	   *result;			/* first column of the first row, or NULL */
+} OutboxCommandRun;
+
+static void outbox_command_work(void *arg);
 
 /*
  * outbox_check_schedule
@@ -794,6 +805,63 @@ outbox_insert_work(void *arg)
 
 	run->inserted = outbox_insert_row(run->table, (Datum *) run->values,
 									  run->nulls, &run->id, &run->conflict);
+}
+
+/*
+ * outbox_run_as_owner
+ *
+ * For the functions written in SQL (not for direct use; granted to
+ * nobody): run one SQL command as the owner of table tbl, as the C
+ * functions run their statements on an outbox (outbox_owner.c), and
+ * return the first column of its first row as text (NULL without one).
+ * The steps of outbox_attach(), outbox_partition() and the others that
+ * read or build over a table's rows go through it, so that the table's
+ * code never runs with the rights of their definer.
+ */
+Datum
+outbox_run_as_owner(PG_FUNCTION_ARGS)
+{
+	OutboxCommandRun run;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", PG_ARGISNULL(0) ? "tbl" : "command")));
+	run.command = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	run.result_cxt = CurrentMemoryContext;
+	run.result = NULL;
+	outbox_as_rel_owner(PG_GETARG_OID(0), outbox_command_work, &run);
+	if (run.result == NULL)
+		PG_RETURN_NULL();
+	PG_RETURN_TEXT_P(cstring_to_text(run.result));
+}
+
+/*
+ * outbox_command_work
+ *
+ * outbox_run_as_owner's command, through SPI, as whoever runs it.
+ */
+static void
+outbox_command_work(void *arg)
+{
+	OutboxCommandRun *run = (OutboxCommandRun *) arg;
+	int			rc;
+
+	outbox_spi_connect();
+	rc = SPI_execute(run->command, false, 0);
+	if (rc < 0)
+		elog(ERROR, "SPI_execute failed for \"%s\": %s", run->command,
+			 SPI_result_code_string(rc));
+	if (SPI_tuptable != NULL && SPI_processed > 0 &&
+		SPI_tuptable->tupdesc->natts > 0)
+	{
+		char	   *value = SPI_getvalue(SPI_tuptable->vals[0],
+										 SPI_tuptable->tupdesc, 1);
+
+		if (value != NULL)
+			run->result = MemoryContextStrdup(run->result_cxt, value);
+	}
+	SPI_finish();
 }
 
 /*
