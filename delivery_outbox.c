@@ -54,6 +54,7 @@
 #include "outbox_shmem.h"
 #include "outbox_table.h"
 #include "outbox_trigger.h"
+#include "outbox_worker.h"
 #include "outbox_xact.h"
 
 PG_MODULE_MAGIC;
@@ -268,6 +269,7 @@ outbox_init_preloaded(void)
 	shmem_startup_hook = outbox_shmem_startup;
 	prev_process_utility_hook = ProcessUtility_hook;
 	ProcessUtility_hook = outbox_process_utility;
+	RegisterXactCallback(outbox_sweepers_xact_callback, NULL);
 
 	names = outbox_database_list();
 	for (i = 0; i < list_length(names); i++)
@@ -379,6 +381,7 @@ outbox_shmem_request(void)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(outbox_shmem_size());
 	RequestAddinShmemSpace(outbox_markers_size());
+	RequestAddinShmemSpace(outbox_sweepers_shmem_size());
 }
 
 /*
@@ -393,6 +396,7 @@ outbox_shmem_startup(void)
 		prev_shmem_startup_hook();
 	outbox_shmem_init();
 	outbox_markers_init();
+	outbox_sweepers_shmem_init(outbox_database_list());
 }
 
 /*
@@ -400,7 +404,9 @@ outbox_shmem_startup(void)
  *
  * Follow two-phase commit: note the GID a transaction is prepared under, and
  * settle its stashed counters once COMMIT/ROLLBACK PREPARED has succeeded.
- * Also give a dropped database's shared slot back.
+ * Also give a dropped database's shared slot back, and have the workers
+ * leave a database that DROP DATABASE and the like need to themselves
+ * (outbox_worker.c).
  */
 static void
 outbox_process_utility(PlannedStmt *pstmt, const char *queryString,
@@ -418,6 +424,8 @@ outbox_process_utility(PlannedStmt *pstmt, const char *queryString,
 		dropped = get_database_oid(((DropdbStmt *) parsetree)->dbname, true);
 	if (stmt != NULL && stmt->kind == TRANS_STMT_PREPARE)
 		outbox_xact_note_prepare(stmt->gid);
+	/* the workers leave a database the command needs to itself */
+	outbox_sweepers_before_utility(parsetree);
 
 	if (prev_process_utility_hook)
 		prev_process_utility_hook(pstmt, queryString, readOnlyTree, context,

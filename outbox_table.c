@@ -32,6 +32,7 @@
 #include "access/table.h"
 #include "catalog/dependency.h"
 #include "catalog/indexing.h"
+#include "catalog/pg_attribute.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_depend.h"
 #include "catalog/pg_extension.h"
@@ -546,16 +547,26 @@ outbox_row_expr(Oid relid, Oid defrelid, bool *utc)
 	initStringInfo(&buf);
 	for (i = 1; i <= natts; i++)
 	{
-		char	   *name = get_attname(defrelid, i, true);
+		HeapTuple	atttup = SearchSysCache2(ATTNUM, ObjectIdGetDatum(defrelid),
+											 Int16GetDatum(i));
+		Form_pg_attribute att;
+		char	   *name;
 		Oid			want_type;
 		int32		want_typmod;
-		Oid			want_coll;
 		AttrNumber	have;
 
-		if (name == NULL)
-			continue;			/* dropped */
-		get_atttypetypmodcoll(defrelid, i, &want_type, &want_typmod,
-							  &want_coll);
+		if (!HeapTupleIsValid(atttup))
+			continue;
+		att = (Form_pg_attribute) GETSTRUCT(atttup);
+		if (att->attisdropped)
+		{
+			ReleaseSysCache(atttup);
+			continue;
+		}
+		name = pstrdup(NameStr(att->attname));
+		want_type = att->atttypid;
+		want_typmod = att->atttypmod;
+		ReleaseSysCache(atttup);
 		if (!first)
 			appendStringInfoString(&buf, ", ");
 		first = false;
