@@ -9,12 +9,20 @@
  * statement; triggers, constraints and indexes apply exactly as for the
  * statement.  What a plain INSERT re-derives from the catalogs for every
  * statement (column defaults, CHECK constraints, partial-index predicates)
- * is kept here as *planned* expression trees, invalidated like a cached
- * plan, with each index's IndexInfo as BuildIndexInfo makes it from the
- * catalogs (its predicate the planned one, no state in it); the executor
- * state is built from them for each row, in that row's EState, as a plain
- * INSERT builds it (and as the type cache keeps a domain's constraint trees
- * and leaves their states to each query).  Indexes with the same predicate
+ * is kept here, for one table at a time, as *planned* expression trees,
+ * with each index's IndexInfo as BuildIndexInfo makes it from the catalogs
+ * (its predicate the planned one, no state in it), the OID of the dedup
+ * index, and what the trees depend on: the functions and types the planner
+ * records for a cached plan (invalidated as it would be), the table and its
+ * indexes (relcache invalidations), the user they were planned as and the
+ * search_path they were planned under.  That is all that is kept: every
+ * ExprState, expression context and function cache (fn_extra, fn_mcxt) is
+ * built for each row in that row's EState, as a plain INSERT builds them at
+ * each execution of its cached plan, and freed with it; so an EXECUTE
+ * privilege is checked at each enqueue, a state that failed half-way is
+ * never seen again, and nothing of one row's per-query memory survives
+ * into the next (as the type cache keeps a domain's constraint trees and
+ * leaves their states to each query).  Indexes with the same predicate
  * share one state in a row.
  *
  * An enqueue with a dedup_key inserts as INSERT ... ON CONFLICT (recipient,
@@ -46,6 +54,7 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/index.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_index.h"
@@ -55,7 +64,6 @@
 #include "executor/executor.h"
 #include "executor/nodeModifyTable.h"
 #include "miscadmin.h"
-#include "nodes/nodeFuncs.h"
 #include "nodes/plannodes.h"
 #include "optimizer/optimizer.h"
 #include "optimizer/planner.h"
@@ -76,20 +84,24 @@
 #include "outbox_trigger.h"
 
 /*
- * The planned expressions of one table, built once per backend: defaults,
- * CHECK constraints and partial-index predicates, after expression_planner
- * (as ExecPrepareExpr would plan them), with the functions and types they
+ * The planned expressions of one table, built once per backend and kept
+ * until the table, one of its indexes, or a function or type they use
+ * changes, or another user or search_path needs them: defaults, CHECK
+ * constraints and partial-index predicates, after expression_planner (as
+ * ExecPrepareExpr would plan them), with the functions and types they
  * depend on, and its indexes' IndexInfos.  Nothing executable is kept:
- * states are built per row, in a copy of each IndexInfo.
+ * no ExprState, no FmgrInfo, no expression context; each row builds its
+ * own in its EState, with a copy of each IndexInfo.
  */
 typedef struct OutboxInsertCache
 {
 	MemoryContext cxt;			/* holds everything below; NULL if never built */
 	Oid			relid;			/* the table it was built for */
 	Oid			userid;			/* the user it was planned as */
+	OverrideSearchPath *search_path;	/* search_path it was planned under */
 	uint64		generation;		/* outbox_insert_generation when built */
 	bool		direct;			/* false: the table needs a real INSERT */
-	int			in_use;			/* inserts running on states built from it */
+	int			in_use;			/* inserts running on its trees */
 	List	   *inval_items;	/* PlanInvalItems: functions and types used */
 	Expr	  **defaults;		/* per attribute, NULL: no default (NULL) */
 	int			ncheck;
@@ -100,18 +112,6 @@ typedef struct OutboxInsertCache
 	int		   *index_pred;		/* its predicate in preds[], or -1 */
 	int			npreds;			/* distinct partial-index predicates */
 	List	  **preds;			/* implicit-AND lists, for ExecInitQual */
-
-	/*
-	 * The states of the defaults, CHECK constraints and predicates, built
-	 * at their first use and kept for the rows after: an ExprState takes
-	 * its expression context at each evaluation.  Only an insert that is
-	 * not nested in another on this cache (in_use 1) uses them: a nested
-	 * one (a function of the outer row's inserting into the outbox) builds
-	 * its own, so that no state is evaluated within its own evaluation.
-	 */
-	ExprState **default_states;
-	ExprState **check_states;
-	ExprState **pred_states;
 	Oid			dedup_index;	/* unique (recipient, dedup_key), or InvalidOid */
 } OutboxInsertCache;
 
@@ -120,10 +120,6 @@ static OutboxInsertCache *outbox_insert_prepare(Relation rel);
 static void outbox_insert_open_indices(OutboxInsertCache *cache,
 									   ResultRelInfo *rri, bool speculative);
 static bool outbox_insert_plain_table(Relation rel);
-static bool outbox_state_per_row(Node *node, void *context);
-static ExprState *outbox_insert_state(OutboxInsertCache *cache,
-									  ExprState **kept, Expr *expr,
-									  bool qual);
 static Expr *outbox_plan_expr(Expr *expr);
 static Oid	outbox_dedup_index(Relation rel, const OutboxColumns *cols);
 static void outbox_check_conflict_visible(EState *estate, Relation rel,
@@ -217,14 +213,15 @@ outbox_insert_row(OutboxTable *table, Datum *values, const char *nulls,
 		/* where the AFTER trigger queue looks the relation up */
 		estate->es_opened_result_relations = list_make1(rri);
 
-		/* CHECK constraints, as ExecRelCheck would build them */
+		/*
+		 * CHECK constraints, as ExecRelCheck would build them from the
+		 * trees it plans (ExecPrepareExpr), here from the planned ones
+		 */
 		if (cache->ncheck > 0)
 		{
 			rri->ri_ConstraintExprs = palloc(sizeof(ExprState *) * cache->ncheck);
 			for (i = 0; i < cache->ncheck; i++)
-				rri->ri_ConstraintExprs[i] =
-					outbox_insert_state(cache, &cache->check_states[i],
-										cache->checks[i], false);
+				rri->ri_ConstraintExprs[i] = ExecInitExpr(cache->checks[i], NULL);
 		}
 
 		/*
@@ -277,10 +274,7 @@ outbox_insert_row(OutboxTable *table, Datum *values, const char *nulls,
 			}
 			else if (cache->defaults[i] != NULL)
 				slot->tts_values[i] =
-					ExecEvalExprSwitchContext(outbox_insert_state(cache,
-																  &cache->default_states[i],
-																  cache->defaults[i],
-																  false),
+					ExecEvalExprSwitchContext(ExecInitExpr(cache->defaults[i], NULL),
 											  econtext,
 											  &slot->tts_isnull[i]);
 			else
@@ -291,6 +285,7 @@ outbox_insert_row(OutboxTable *table, Datum *values, const char *nulls,
 		}
 		ExecStoreVirtualTuple(slot);
 		ExecMaterializeSlot(slot);
+		slot->tts_tableOid = RelationGetRelid(rel);
 
 		/*
 		 * The steps of ExecSimpleRelationInsert, with the BEFORE triggers'
@@ -305,6 +300,12 @@ outbox_insert_row(OutboxTable *table, Datum *values, const char *nulls,
 			List	   *recheck = NIL;
 			bool		isnull;
 
+			/*
+			 * A CHECK constraint or a generated column may read tableoid,
+			 * and a row a trigger returned was stored with its own: set it
+			 * again, as ExecInsert does before evaluating them.
+			 */
+			slot->tts_tableOid = RelationGetRelid(rel);
 			if (tupdesc->constr != NULL &&
 				tupdesc->constr->has_generated_stored)
 				ExecComputeStoredGenerated(rri, estate, slot, CMD_INSERT);
@@ -485,13 +486,23 @@ outbox_insert_prepare(Relation rel)
 
 	/*
 	 * The planner inlines a SQL function only for a user who may execute it
-	 * (and ExecInitExpr checks the others'): trees planned as one user are
-	 * not used for another.  The function is SECURITY DEFINER, so the user
-	 * is normally always its owner.
+	 * (ExecInitExpr checks the others' at each row): trees planned as one
+	 * user are not used for another.  The function is SECURITY DEFINER, so
+	 * the user is normally always its owner, or the table's (outbox_api.c
+	 * runs the insert as the owner of an outbox other than the default
+	 * one).  An inlined function's body is parsed under the search_path of
+	 * the planning, so the trees are planned again under another, as a
+	 * cached plan is (the enqueue normally pins it: the function's SET
+	 * search_path, or outbox_as_owner's, both pg_catalog, pg_temp; pg_temp
+	 * becomes a namespace of its own once the session creates one).
+	 * DISCARD ALL needs nothing more: what it drops (temporary objects,
+	 * settings) reaches the trees through those invalidations and the
+	 * search_path, and no state outlives a row.
 	 */
 	if (cache->generation == outbox_insert_generation &&
 		cache->relid == RelationGetRelid(rel) &&
-		cache->userid == GetUserId())
+		cache->userid == GetUserId() &&
+		OverrideSearchPathMatchesCurrent(cache->search_path))
 		return cache->direct ? cache : NULL;
 	if (cache->in_use > 0)
 		return NULL;
@@ -518,7 +529,6 @@ outbox_insert_prepare(Relation rel)
 
 		/* defaults, as the rewriter adds them to an INSERT */
 		cache->defaults = palloc0(sizeof(Expr *) * Max(tupdesc->natts, 1));
-		cache->default_states = palloc0(sizeof(ExprState *) * Max(tupdesc->natts, 1));
 		for (i = 0; i < tupdesc->natts; i++)
 		{
 			Form_pg_attribute att = TupleDescAttr(tupdesc, i);
@@ -538,7 +548,6 @@ outbox_insert_prepare(Relation rel)
 
 			cache->ncheck = tupdesc->constr->num_check;
 			cache->checks = palloc(sizeof(Expr *) * cache->ncheck);
-			cache->check_states = palloc0(sizeof(ExprState *) * cache->ncheck);
 			for (i = 0; i < cache->ncheck; i++)
 				cache->checks[i] = outbox_plan_expr(stringToNode(check[i].ccbin));
 		}
@@ -556,7 +565,6 @@ outbox_insert_prepare(Relation rel)
 		cache->index_infos = palloc0(sizeof(IndexInfo *) * i);
 		cache->index_pred = palloc0(sizeof(int) * i);
 		cache->preds = palloc0(sizeof(List *) * i);
-		cache->pred_states = palloc0(sizeof(ExprState *) * i);
 		i = 0;
 		foreach(lc, indexes)
 		{
@@ -593,6 +601,7 @@ outbox_insert_prepare(Relation rel)
 		return NULL;			/* changed under us: rebuild next time */
 	cache->relid = RelationGetRelid(rel);
 	cache->userid = GetUserId();
+	cache->search_path = GetOverrideSearchPath(cache->cxt);
 	cache->generation = generation;
 	return cache->direct ? cache : NULL;
 }
@@ -639,79 +648,12 @@ outbox_insert_open_indices(OutboxInsertCache *cache, ResultRelInfo *rri,
 		if (p >= 0)
 		{
 			if (predstates[p] == NULL)
-				predstates[p] = outbox_insert_state(cache, &cache->pred_states[p],
-													(Expr *) cache->preds[p], true);
+				predstates[p] = ExecInitQual(cache->preds[p], NULL);
 			ii->ii_PredicateState = predstates[p];
 		}
 		rri->ri_IndexRelationDescs[i] = index;
 		rri->ri_IndexRelationInfo[i] = ii;
 	}
-}
-
-/*
- * outbox_state_per_row
- *
- * expression_tree_walker callback: true when node or a node below it is
- * of a kind whose state may keep something of the expression context it
- * first ran in (a hashed IN list's table in its per-query memory, a row
- * type's reference released at its shutdown, ...): only variables,
- * constants, function and operator calls, boolean and null tests, casts
- * and small IN lists are kept across rows.
- */
-static bool
-outbox_state_per_row(Node *node, void *context)
-{
-	if (node == NULL)
-		return false;
-	switch (nodeTag(node))
-	{
-		case T_List:
-		case T_Var:
-		case T_Const:
-		case T_FuncExpr:
-		case T_OpExpr:
-		case T_DistinctExpr:
-		case T_NullIfExpr:
-		case T_BoolExpr:
-		case T_NullTest:
-		case T_BooleanTest:
-		case T_RelabelType:
-		case T_CoerceViaIO:
-			break;
-		case T_ScalarArrayOpExpr:
-			if (OidIsValid(((ScalarArrayOpExpr *) node)->hashfuncid))
-				return true;
-			break;
-		default:
-			return true;
-	}
-	return expression_tree_walker(node, outbox_state_per_row, context);
-}
-
-/*
- * outbox_insert_state
- *
- * The state of expr (a qual: an implicit-AND list) for this row: the one
- * kept in *kept, built at its first use in the cache's memory, when this
- * insert is the only one running on the cache and expr is made of nodes
- * whose states keep nothing of the expression context they first ran in;
- * else one of its own, in the current memory context (the row's EState's).
- */
-static ExprState *
-outbox_insert_state(OutboxInsertCache *cache, ExprState **kept, Expr *expr,
-					bool qual)
-{
-	MemoryContext old;
-
-	if (cache->in_use != 1 || outbox_state_per_row((Node *) expr, NULL))
-		return qual ? ExecInitQual((List *) expr, NULL) : ExecInitExpr(expr, NULL);
-	if (*kept == NULL)
-	{
-		old = MemoryContextSwitchTo(cache->cxt);
-		*kept = qual ? ExecInitQual((List *) expr, NULL) : ExecInitExpr(expr, NULL);
-		MemoryContextSwitchTo(old);
-	}
-	return *kept;
 }
 
 /*

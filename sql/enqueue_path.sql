@@ -1,9 +1,10 @@
 --
 -- outbox_enqueue inserts its row without SQL (the executor's row-level
 -- insert, with the table's defaults, CHECK constraints and partial-index
--- predicates prepared once per session).  Whatever the table gains or loses
--- after the first call -- constraints, defaults, columns, indexes, triggers,
--- rules, row security -- an enqueue must behave exactly as an INSERT would.
+-- predicates planned once per session, their states built for each row).
+-- Whatever the table gains or loses after the first call -- constraints,
+-- defaults, columns, indexes, triggers, rules, row security, privileges --
+-- an enqueue must behave exactly as an INSERT would.
 --
 CREATE EXTENSION delivery_outbox;
 \set VERBOSITY default
@@ -84,6 +85,73 @@ SELECT count(outbox_enqueue('agent:row', 'work', '\x03')) AS accepted_after
   FROM generate_series(1, 5);
 ALTER TABLE delivery_outbox DROP CONSTRAINT regress_whole_row;
 DROP FUNCTION regress_row_ok(delivery_outbox);
+
+-- the same in separate statements, with other work between them: nothing
+-- of one enqueue's per-query memory (where the row's descriptor is built
+-- at the first evaluation of a whole-row reference) is read by the next
+CREATE FUNCTION regress_row_text(r delivery_outbox) RETURNS boolean
+LANGUAGE plpgsql AS $$ BEGIN RETURN r::text <> ''; END $$;
+ALTER TABLE delivery_outbox ADD CONSTRAINT regress_whole_row_text
+  CHECK (regress_row_text(delivery_outbox));
+SELECT outbox_enqueue('agent:rows', 'work', '\x03') > 0 AS first;
+SELECT length(string_agg(x::text, ',')) AS other_work FROM generate_series(1, 5000) AS x;
+SELECT outbox_enqueue('agent:rows', 'work', '\x03') > 0 AS second;
+SELECT length(string_agg(x::text, ',')) AS other_work FROM generate_series(1, 5000) AS x;
+SELECT outbox_enqueue('agent:rows', 'work', '\x03', dedup_key => 'k-rows') > 0 AS third;
+SELECT outbox_enqueue('agent:rows', 'work', '\x03') > 0 AS fourth;
+SELECT count(*) AS rows_rows FROM delivery_outbox WHERE recipient = 'agent:rows';
+ALTER TABLE delivery_outbox DROP CONSTRAINT regress_whole_row_text;
+DROP FUNCTION regress_row_text(delivery_outbox);
+
+-- a CHECK through a SQL function that is not inlined, failing half-way
+-- through its evaluation inside a savepoint: the next enqueue, in the same
+-- transaction and in the next, checks its row afresh
+CREATE FUNCTION regress_sql_check(k text) RETURNS boolean LANGUAGE sql AS $$
+  SELECT 1;
+  SELECT CASE WHEN k = 'boom!' THEN 1 / (length(k) - 5) > 0 ELSE true END
+$$;
+ALTER TABLE delivery_outbox ADD CONSTRAINT regress_sql_check
+  CHECK (regress_sql_check(kind));
+BEGIN;
+SELECT outbox_enqueue('agent:sp', 'work', '\x03') > 0 AS before_savepoint;
+SAVEPOINT s;
+\set VERBOSITY terse
+SELECT outbox_enqueue('agent:sp', 'boom!', '\x03');
+\echo :SQLSTATE
+\set VERBOSITY default
+ROLLBACK TO SAVEPOINT s;
+SELECT outbox_enqueue('agent:sp', 'work', '\x03') > 0 AS after_savepoint;
+\set VERBOSITY terse
+SELECT outbox_enqueue('agent:sp', 'boom!', '\x03');
+\echo :SQLSTATE
+\set VERBOSITY default
+ROLLBACK;
+SELECT outbox_enqueue('agent:sp', 'work', '\x03') > 0 AS next_transaction;
+SELECT count(*) AS sp_rows FROM delivery_outbox WHERE recipient = 'agent:sp';
+ALTER TABLE delivery_outbox DROP CONSTRAINT regress_sql_check;
+DROP FUNCTION regress_sql_check(text);
+
+-- tableoid, read by a CHECK constraint and a stored generated column, is
+-- the table's, as for an INSERT; also for a row a BEFORE trigger replaced
+ALTER TABLE delivery_outbox ADD CONSTRAINT regress_own_oid
+  CHECK (tableoid = 'delivery_outbox'::regclass);
+ALTER TABLE delivery_outbox ADD COLUMN regress_oid oid
+  GENERATED ALWAYS AS (tableoid) STORED;
+SELECT outbox_enqueue('agent:oid', 'work', '\x03') > 0 AS accepted;
+CREATE FUNCTION regress_rewrite() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  NEW.kind := NEW.kind || '-seen by ' || TG_RELID::regclass::text;
+  RETURN NEW;
+END $$;
+CREATE TRIGGER regress_rewrite BEFORE INSERT ON delivery_outbox
+  FOR EACH ROW EXECUTE FUNCTION regress_rewrite();
+SELECT outbox_enqueue('agent:oid', 'work', '\x03') > 0 AS accepted_rewritten;
+SELECT kind, regress_oid = 'delivery_outbox'::regclass AS own_oid
+  FROM delivery_outbox WHERE recipient = 'agent:oid' ORDER BY id;
+DROP TRIGGER regress_rewrite ON delivery_outbox;
+DROP FUNCTION regress_rewrite();
+ALTER TABLE delivery_outbox DROP COLUMN regress_oid;
+ALTER TABLE delivery_outbox DROP CONSTRAINT regress_own_oid;
 
 --
 -- defaults: a changed default applies to the next call
@@ -318,6 +386,41 @@ REVOKE ALL ON FUNCTION outbox_enqueue(text, text, bytea, text, timestamptz, time
 ALTER TABLE delivery_outbox DROP COLUMN regress_secret;
 DROP FUNCTION regress_secret();
 DROP ROLE regress_may, regress_may_not;
+
+--
+-- EXECUTE on a function a default calls, revoked after an enqueue that used
+-- it, is checked at the next one (42501, as for an INSERT): here a built-in
+-- function, which invalidates nothing when its privileges change
+--
+CREATE ROLE regress_producer;
+ALTER TABLE delivery_outbox ADD COLUMN regress_draw float8 DEFAULT pg_catalog.random();
+GRANT INSERT, SELECT (id) ON delivery_outbox TO regress_producer;
+GRANT USAGE ON SEQUENCE delivery_outbox_id_seq TO regress_producer;
+GRANT EXECUTE ON FUNCTION outbox_enqueue(text, text, bytea, text, timestamptz, timestamptz, text, regclass)
+  TO regress_producer;
+ALTER FUNCTION outbox_enqueue(text, text, bytea, text, timestamptz, timestamptz, text, regclass) SECURITY INVOKER;
+SET ROLE regress_producer;
+SELECT outbox_enqueue('agent:revoke', 'work', '\x07') > 0 AS granted;
+RESET ROLE;
+REVOKE EXECUTE ON FUNCTION pg_catalog.random() FROM PUBLIC;
+SET ROLE regress_producer;
+\set VERBOSITY terse
+SELECT outbox_enqueue('agent:revoke', 'work', '\x07');
+\echo :SQLSTATE
+\set VERBOSITY default
+RESET ROLE;
+GRANT EXECUTE ON FUNCTION pg_catalog.random() TO PUBLIC;
+SET ROLE regress_producer;
+SELECT outbox_enqueue('agent:revoke', 'work', '\x07') > 0 AS granted_again;
+RESET ROLE;
+SELECT count(*) AS revoke_rows FROM delivery_outbox WHERE recipient = 'agent:revoke';
+ALTER FUNCTION outbox_enqueue(text, text, bytea, text, timestamptz, timestamptz, text, regclass) SECURITY DEFINER;
+REVOKE ALL ON delivery_outbox FROM regress_producer;
+REVOKE ALL ON SEQUENCE delivery_outbox_id_seq FROM regress_producer;
+REVOKE ALL ON FUNCTION outbox_enqueue(text, text, bytea, text, timestamptz, timestamptz, text, regclass)
+  FROM regress_producer;
+ALTER TABLE delivery_outbox DROP COLUMN regress_draw;
+DROP ROLE regress_producer;
 
 --
 -- delivery_outbox.direct_insert: only a superuser may change it, and either
