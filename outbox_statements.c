@@ -81,6 +81,13 @@ typedef struct OutboxPlanDef
 	 * result columns; NULL where the 1.1 functions have no such statement.
 	 */
 	const char *legacy;
+
+	/*
+	 * A scan that must walk its index in order and stop after its batch,
+	 * whatever the table's statistics say: planned and run with the
+	 * planner's other paths disabled (see outbox_execute_work).
+	 */
+	bool		walk_index;
 } OutboxPlanDef;
 
 /*
@@ -334,14 +341,13 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		" AND dedup_key OPERATOR(pg_catalog.=) $2",
 		{TEXTOID, TEXTOID}
 	},
-	[OUTBOX_PLAN_CLAIM] = {OUTBOX_CLAIM_SQL(""), OUTBOX_CLAIM_ARGS, OUTBOX_LEGACY_CLAIM_SQL("")},
-	[OUTBOX_PLAN_CLAIM_R] = {OUTBOX_CLAIM_SQL(OUTBOX_BY_RECIPIENT), OUTBOX_CLAIM_ARGS, OUTBOX_LEGACY_CLAIM_SQL(OUTBOX_BY_RECIPIENT)},
-	[OUTBOX_PLAN_CLAIM_T] = {OUTBOX_CLAIM_SQL(OUTBOX_BY_TENANT), OUTBOX_CLAIM_ARGS, OUTBOX_LEGACY_CLAIM_SQL(OUTBOX_BY_TENANT)},
+	[OUTBOX_PLAN_CLAIM] = {OUTBOX_CLAIM_SQL(""), OUTBOX_CLAIM_ARGS, OUTBOX_LEGACY_CLAIM_SQL(""), .walk_index = true},
+	[OUTBOX_PLAN_CLAIM_R] = {OUTBOX_CLAIM_SQL(OUTBOX_BY_RECIPIENT), OUTBOX_CLAIM_ARGS, OUTBOX_LEGACY_CLAIM_SQL(OUTBOX_BY_RECIPIENT), .walk_index = true},
+	[OUTBOX_PLAN_CLAIM_T] = {OUTBOX_CLAIM_SQL(OUTBOX_BY_TENANT), OUTBOX_CLAIM_ARGS, OUTBOX_LEGACY_CLAIM_SQL(OUTBOX_BY_TENANT), .walk_index = true},
 	[OUTBOX_PLAN_CLAIM_RT] = {
 		OUTBOX_CLAIM_SQL(OUTBOX_BY_RECIPIENT OUTBOX_BY_TENANT),
 		OUTBOX_CLAIM_ARGS,
-		OUTBOX_LEGACY_CLAIM_SQL(OUTBOX_BY_RECIPIENT OUTBOX_BY_TENANT)
-	},
+		OUTBOX_LEGACY_CLAIM_SQL(OUTBOX_BY_RECIPIENT OUTBOX_BY_TENANT), .walk_index = true},
 	[OUTBOX_PLAN_ACK_LOCK] = {OUTBOX_ACK_LOCK_SQL(""), {INT8ARRAYOID, TEXTOID}, OUTBOX_SAME_SQL},
 	[OUTBOX_PLAN_ACK_LOCK_R] = {
 		OUTBOX_ACK_LOCK_SQL(OUTBOX_BY_RECIPIENT),
@@ -376,8 +382,7 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		OUTBOX_LEGACY_REQUEUE_SQL("SELECT id FROM %1$s"
 								  " WHERE id OPERATOR(pg_catalog.=) ANY ($6)"
 								  " AND pg_catalog.texteq(delivery_state, 'delivered')"
-								  " ORDER BY id FOR UPDATE")
-	},
+								  " ORDER BY id FOR UPDATE"), .walk_index = true},
 	/* $6 cutoff, $7 max rows */
 	[OUTBOX_PLAN_RECLAIM] = {
 		OUTBOX_REQUEUE_SQL("SELECT " OUTBOX_LOCKED_COLUMNS " FROM %1$s"
@@ -389,21 +394,18 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		OUTBOX_LEGACY_REQUEUE_SQL("SELECT id FROM %1$s"
 								  " WHERE delivery_state OPERATOR(pg_catalog.=) 'delivered'"
 								  " AND delivered_at OPERATOR(pg_catalog.<) $6"
-								  " ORDER BY delivered_at LIMIT $7 FOR UPDATE SKIP LOCKED")
-	},
+								  " ORDER BY delivered_at LIMIT $7 FOR UPDATE SKIP LOCKED"), .walk_index = true},
 	/* $6 recipient, $7 tenant: immediate, no backoff */
 	[OUTBOX_PLAN_RESYNC] = {
 		OUTBOX_REQUEUE_SQL(OUTBOX_RESYNC_LOCK("tenant_id OPERATOR(pg_catalog.=) $7"),
 						   "NULL", "NULL::pg_catalog.text"),
 		{OUTBOX_POLICY_ARGS, TEXTOID, TEXTOID},
-		OUTBOX_LEGACY_REQUEUE_SQL(OUTBOX_RESYNC_LOCK("tenant_id OPERATOR(pg_catalog.=) $7"))
-	},
+		OUTBOX_LEGACY_REQUEUE_SQL(OUTBOX_RESYNC_LOCK("tenant_id OPERATOR(pg_catalog.=) $7")), .walk_index = true},
 	[OUTBOX_PLAN_RESYNC_NULL_TENANT] = {
 		OUTBOX_REQUEUE_SQL(OUTBOX_RESYNC_LOCK("tenant_id IS NULL"),
 						   "NULL", "NULL::pg_catalog.text"),
 		{OUTBOX_POLICY_ARGS, TEXTOID, TEXTOID},
-		OUTBOX_LEGACY_REQUEUE_SQL(OUTBOX_RESYNC_LOCK("tenant_id IS NULL"))
-	},
+		OUTBOX_LEGACY_REQUEUE_SQL(OUTBOX_RESYNC_LOCK("tenant_id IS NULL")), .walk_index = true},
 	[OUTBOX_PLAN_REASSIGN] = {
 		"WITH l AS ("
 		"SELECT id FROM %1$s"
@@ -427,8 +429,7 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		" ORDER BY id FOR UPDATE)"
 		" UPDATE %1$s o SET recipient = $2, delivery_state = 'pending'"
 		" FROM l WHERE o.id OPERATOR(pg_catalog.=) l.id"
-		" AND NOT pg_catalog.texteq(o.delivery_state, 'acked')"
-	},
+		" AND NOT pg_catalog.texteq(o.delivery_state, 'acked')", .walk_index = true},
 	/* $1 now, $2 ids, $3 error */
 	[OUTBOX_PLAN_REJECT] = {
 		"WITH l AS ("
@@ -442,8 +443,7 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		" RETURNING o.*),"
 		OUTBOX_TO_DEAD("coalesce($3, last_error)", "'rejected'")
 		" SELECT pg_catalog.count(*) FROM x",
-		{TIMESTAMPTZOID, INT8ARRAYOID, TEXTOID}
-	},
+		{TIMESTAMPTZOID, INT8ARRAYOID, TEXTOID}, .walk_index = true},
 	/* $1 now (the new created_at), $2 ids */
 	[OUTBOX_PLAN_REDRIVE] = {
 		"WITH l AS ("
@@ -459,8 +459,7 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		" x AS (DELETE FROM %3$s d USING i WHERE d.id OPERATOR(pg_catalog.=) i.id"
 		" RETURNING 1)"
 		" SELECT pg_catalog.count(*) FROM x",
-		{TABLE_TIME, INT8ARRAYOID}
-	},
+		{TABLE_TIME, INT8ARRAYOID}, .walk_index = true},
 	/*
 	 * The worker's expiry sweep: pending rows past expires_at (from their
 	 * index), or past the ttl among the oldest ready rows, the due
@@ -497,8 +496,7 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		" RETURNING o.*),"
 		OUTBOX_TO_DEAD("last_error", "'expired'")
 		" SELECT pg_catalog.count(*) FROM x",
-		{TIMESTAMPTZOID, TABLE_TIME, INT8OID}
-	},
+		{TIMESTAMPTZOID, TABLE_TIME, INT8OID}, .walk_index = true},
 	/*
 	 * The worker's wake-ups of scheduled rows: those that fell due after
 	 * the (not_before, id) it got to; $1, $2 that position, $3 now, $4 max.
@@ -511,19 +509,16 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		" AND not_before OPERATOR(pg_catalog.<=) $3"
 		" AND (expires_at IS NULL OR expires_at OPERATOR(pg_catalog.>) $3)"
 		" ORDER BY not_before, id LIMIT $4",
-		{TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID, INT8OID}
-	},
-	[OUTBOX_PLAN_NEXT_DUE] = {OUTBOX_NEXT_DUE_SQL(""), {TIMESTAMPTZOID, TEXTOID}},
+		{TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID, INT8OID}, .walk_index = true},
+	[OUTBOX_PLAN_NEXT_DUE] = {OUTBOX_NEXT_DUE_SQL(""), {TIMESTAMPTZOID, TEXTOID}, .walk_index = true},
 	[OUTBOX_PLAN_NEXT_DUE_R] = {
 		OUTBOX_NEXT_DUE_SQL(" AND recipient OPERATOR(pg_catalog.=) $2"),
-		{TIMESTAMPTZOID, TEXTOID}
-	},
-	[OUTBOX_PLAN_REPLAY] = {OUTBOX_REPLAY_SQL(""), {TEXTOID, INT8OID, INT8OID, TEXTOID}, OUTBOX_SAME_SQL},
+		{TIMESTAMPTZOID, TEXTOID}, .walk_index = true},
+	[OUTBOX_PLAN_REPLAY] = {OUTBOX_REPLAY_SQL(""), {TEXTOID, INT8OID, INT8OID, TEXTOID}, OUTBOX_SAME_SQL, .walk_index = true},
 	[OUTBOX_PLAN_REPLAY_T] = {
 		OUTBOX_REPLAY_SQL(" AND tenant_id OPERATOR(pg_catalog.=) $4"),
 		{TEXTOID, INT8OID, INT8OID, TEXTOID},
-		OUTBOX_SAME_SQL
-	},
+		OUTBOX_SAME_SQL, .walk_index = true},
 	[OUTBOX_PLAN_PURGE] = {
 		"WITH d AS ("
 		"SELECT id FROM %1$s"
@@ -533,8 +528,7 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		" DELETE FROM %1$s o USING d"
 		" WHERE o.id OPERATOR(pg_catalog.=) d.id",
 		{TABLE_TIME, INT8OID},
-		OUTBOX_SAME_SQL
-	},
+		OUTBOX_SAME_SQL, .walk_index = true},
 	/* the same, of the ids [$3, $4) only: one partition's */
 	[OUTBOX_PLAN_PURGE_RANGE] = {
 		"WITH d AS ("
@@ -546,8 +540,7 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		" DELETE FROM %1$s o USING d"
 		" WHERE o.id OPERATOR(pg_catalog.=) d.id"
 		" AND o.id OPERATOR(pg_catalog.>=) $3 AND o.id OPERATOR(pg_catalog.<) $4",
-		{TABLE_TIME, INT8OID, INT8OID, INT8OID}
-	},
+		{TABLE_TIME, INT8OID, INT8OID, INT8OID}, .walk_index = true},
 	[OUTBOX_PLAN_STATS] = {
 		OUTBOX_STATS_SQL("(SELECT pg_catalog.count(*) FROM %3$s)"),
 		{TABLE_TIME},
@@ -574,12 +567,11 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		" AND o.dedup_key OPERATOR(pg_catalog.=) u.k",
 		{TEXTARRAYOID, TEXTARRAYOID}
 	},
-	[OUTBOX_PLAN_EXISTS] = {OUTBOX_EXISTS_SQL(""), {TEXTOID, TIMESTAMPTZOID, TABLE_TIME}, OUTBOX_LEGACY_EXISTS_SQL("")},
+	[OUTBOX_PLAN_EXISTS] = {OUTBOX_EXISTS_SQL(""), {TEXTOID, TIMESTAMPTZOID, TABLE_TIME}, OUTBOX_LEGACY_EXISTS_SQL(""), .walk_index = true},
 	[OUTBOX_PLAN_EXISTS_R] = {
 		OUTBOX_EXISTS_SQL(" AND recipient OPERATOR(pg_catalog.=) $1"),
 		{TEXTOID, TIMESTAMPTZOID, TABLE_TIME},
-		OUTBOX_LEGACY_EXISTS_SQL(" AND recipient OPERATOR(pg_catalog.=) $1")
-	},
+		OUTBOX_LEGACY_EXISTS_SQL(" AND recipient OPERATOR(pg_catalog.=) $1"), .walk_index = true},
 	[OUTBOX_PLAN_BACKLOG] = {
 		"SELECT"
 		" pg_catalog.count(*) FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'),"
@@ -819,9 +811,53 @@ static void
 outbox_execute_work(void *arg)
 {
 	OutboxStatementRun *run = (OutboxStatementRun *) arg;
+	int			save_nestlevel;
 
-	run->rc = SPI_execute_plan(outbox_plan(run->table, run->id), run->values,
-							   run->nulls, false, 0);
+	if (!outbox_plan_defs[run->id].walk_index)
+	{
+		run->rc = SPI_execute_plan(outbox_plan(run->table, run->id),
+								   run->values, run->nulls, false, 0);
+		return;
+	}
+
+	/*
+	 * A scan of the open rows by one of the partial indexes, which must cost
+	 * its batch whatever the statistics say: a queue's are stale by nature
+	 * (never analyzed after a burst or a restore, analyzed while empty, or
+	 * analyzed full and drained since), and with them the planner would
+	 * take a bitmap scan of every pending row and a sort, or a hash join
+	 * over the whole table, for a dozen rows.  So it is planned, and run
+	 * (the plan cache re-plans inside the execution after an ANALYZE or
+	 * any invalidation, and a custom plan is made at each run), with every
+	 * path but the index scans and nested loops disabled: the walk of the
+	 * index in its order, stopped by the LIMIT, is then the only plan left
+	 * (and no JIT compiling, which the disabled paths' costs would
+	 * otherwise call for).  The settings end with the nest level, errors
+	 * included.
+	 */
+	save_nestlevel = NewGUCNestLevel();
+	PG_TRY();
+	{
+		static const char *const off[] = {
+			"enable_seqscan", "enable_bitmapscan", "enable_sort",
+			"enable_hashjoin", "enable_mergejoin", "enable_hashagg",
+			"enable_material",
+			/* the disabled paths' costs would make it worth compiling */
+			"jit"
+		};
+		int			i;
+
+		for (i = 0; i < (int) lengthof(off); i++)
+			(void) set_config_option(off[i], "off", PGC_USERSET, PGC_S_SESSION,
+									 GUC_ACTION_SAVE, true, 0, false);
+		run->rc = SPI_execute_plan(outbox_plan(run->table, run->id),
+								   run->values, run->nulls, false, 0);
+	}
+	PG_FINALLY();
+	{
+		AtEOXact_GUC(false, save_nestlevel);
+	}
+	PG_END_TRY();
 }
 
 /*
