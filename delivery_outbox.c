@@ -61,6 +61,7 @@ PG_MODULE_MAGIC;
 
 void		_PG_init(void);
 
+static void outbox_relcache_callback(Datum arg, Oid relid);
 static bool outbox_channel_check(char **newval, void **extra, GucSource source);
 static bool outbox_database_check(char **newval, void **extra,
 								  GucSource source);
@@ -203,11 +204,13 @@ _PG_init(void)
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
-	CacheRegisterRelcacheCallback(outbox_table_relcache_callback, (Datum) 0);
-	CacheRegisterRelcacheCallback(outbox_trigger_relcache_callback, (Datum) 0);
-	CacheRegisterRelcacheCallback(outbox_insert_relcache_callback, (Datum) 0);
-	CacheRegisterRelcacheCallback(outbox_order_relcache_callback, (Datum) 0);
-	CacheRegisterRelcacheCallback(outbox_heads_relcache_callback, (Datum) 0);
+	/*
+	 * One relcache callback for the whole library, dispatching to each
+	 * cache's: PostgreSQL 15 has ten relcache-callback slots per backend for
+	 * every loaded module together (Citus, TimescaleDB, pglogical take
+	 * several), and running out of them is FATAL.
+	 */
+	CacheRegisterRelcacheCallback(outbox_relcache_callback, (Datum) 0);
 	CacheRegisterSyscacheCallback(NAMESPACEOID, outbox_table_syscache_callback,
 								  (Datum) 0);
 	CacheRegisterSyscacheCallback(PROCOID, outbox_insert_syscache_callback,
@@ -289,6 +292,23 @@ outbox_init_preloaded(void)
 		worker.bgw_main_arg = Int32GetDatum(i);
 		RegisterBackgroundWorker(&worker);
 	}
+}
+
+/*
+ * outbox_relcache_callback
+ *
+ * The library's one relcache callback: every cache that depends on a
+ * relation hears of its invalidation (of every relation's, for
+ * InvalidOid).
+ */
+static void
+outbox_relcache_callback(Datum arg, Oid relid)
+{
+	outbox_table_relcache_callback(arg, relid);
+	outbox_trigger_relcache_callback(arg, relid);
+	outbox_insert_relcache_callback(arg, relid);
+	outbox_order_relcache_callback(arg, relid);
+	outbox_heads_relcache_callback(arg, relid);
 }
 
 static bool
