@@ -15,6 +15,9 @@
  * wake-ups, counted, and never the rows); a ring is only written under its
  * database slot's spinlock, in short chunks; slots are allocated once and
  * never freed, so pointers to them stay valid for the life of the server.
+ * Under a spinlock go only loads, stores and atomics (which PostgreSQL
+ * keeps usable there, emulated ones included): no call that can fail or
+ * wait, not even the clock's.
  *
  * This file depends on nothing else of the extension but its settings.
  *
@@ -200,6 +203,7 @@ OutboxTableSlot *
 outbox_table_slot(Oid dboid, Oid relid, bool create)
 {
 	OutboxTableSlot *result = NULL;
+	TimestampTz now;
 	int			i;
 
 	if (outbox_shared == NULL || !OidIsValid(dboid) || !OidIsValid(relid))
@@ -214,6 +218,8 @@ outbox_table_slot(Oid dboid, Oid relid, bool create)
 	if (!create)
 		return NULL;
 
+	/* a system call: never under the spinlock, where only stores go */
+	now = GetCurrentTimestamp();
 	SpinLockAcquire(&outbox_shared->mutex);
 	for (i = 0; i < OUTBOX_MAX_TABLES && result == NULL; i++)
 	{
@@ -233,7 +239,7 @@ outbox_table_slot(Oid dboid, Oid relid, bool create)
 			pg_atomic_write_u64(&slot->counters[c], 0);
 		pg_atomic_write_u32(&slot->backlog_valid, 0);
 		/* unique across the slot's lives: a cached epoch never matches */
-		pg_atomic_write_u64(&slot->order_epoch, (uint64) GetCurrentTimestamp());
+		pg_atomic_write_u64(&slot->order_epoch, (uint64) now);
 		slot->relid = relid;
 		pg_write_barrier();
 		slot->dboid = dboid;
