@@ -46,6 +46,7 @@
 
 #include "delivery_outbox.h"
 #include "outbox_markers.h"
+#include "outbox_owner.h"
 #include "outbox_shmem.h"
 #include "outbox_trigger.h"
 #include "outbox_xact.h"
@@ -59,9 +60,9 @@ static bool outbox_check_dedup_key(Relation rel, HeapTuple oldtuple,
 								   int64 id);
 static bool outbox_partition_key_taken(Relation rel, const OutboxColumns *cols,
 									   Datum recipient, Datum key, int64 id);
+static void outbox_key_lookup(void *arg);
 static bool outbox_key_holder(SPIPlanPtr plan, Datum *values,
 							  Snapshot snapshot);
-static Oid	outbox_rel_owner(Oid relid);
 static bool outbox_row_due(HeapTuple tuple, TupleDesc tupdesc,
 						   const OutboxColumns *cols, TimestampTz *not_before);
 static OutboxState outbox_parse_state(Relation rel, AttrNumber attnum,
@@ -87,11 +88,21 @@ PG_FUNCTION_INFO_V1(outbox_inserted);
 
 /*
  * The advisory lock a partitioned outbox's dedup_key is taken under:
- * (database, outbox, hash of recipient and key, OUTBOX_KEY_LOCK), apart
- * from pg_advisory_lock()'s (1 and 2 in the last field) and the insert
- * markers' (outbox_marker_locks.c).
+ * (database, outbox, slot, OUTBOX_KEY_LOCK), the slot being the hash of
+ * recipient and key modulo OUTBOX_KEY_SLOTS (see
+ * outbox_partition_key_taken), apart from pg_advisory_lock()'s (1 and 2
+ * in the last field) and the insert markers' (outbox_marker_locks.c).
  */
 #define OUTBOX_KEY_LOCK		0x0100
+#define OUTBOX_KEY_SLOTS	1024
+
+/* What outbox_key_lookup() works on, as the outbox's owner. */
+typedef struct OutboxKeyLookup
+{
+	const OutboxColumns *cols;
+	Datum		values[3];		/* recipient, key, the row's id */
+	bool		taken;			/* out: another row holds the key */
+} OutboxKeyLookup;
 
 /*
  * The look-up of a partitioned outbox's dedup keys, by its name, and the
@@ -790,12 +801,27 @@ outbox_check_dedup_key(Relation rel, HeapTuple oldtuple, HeapTuple tuple,
  * outbox_partition_key_taken
  *
  * Whether a row of the partitioned outbox cols->outbox (rel one of its
- * partitions) other than id holds
- * (recipient, key).  The key is locked first, until the transaction ends:
- * a transaction inserting it is waited for, as a unique index would, and
- * the rows are then read with a new snapshot, which sees it if it
- * committed.  A transaction-snapshot isolation level that cannot see that
- * row fails as ON CONFLICT does there (40001).
+ * partitions) other than id holds (recipient, key).  The key's lock is
+ * taken first, until the transaction ends: a transaction inserting it is
+ * waited for, as a unique index would, and the rows are then read with a
+ * new snapshot, which sees it if it committed.  A transaction-snapshot
+ * isolation level that cannot see that row fails as ON CONFLICT does
+ * there (40001).  The rows are read as the outbox's owner (a producer may
+ * only have INSERT on it), restored on every path.
+ *
+ * The lock is not the key's own but one of OUTBOX_KEY_SLOTS per outbox,
+ * chosen by the key's hash, so that a transaction holds at most that many
+ * of the server's shared lock table however many keys it inserts (one
+ * lock per key made a large keyed batch exhaust the table for every
+ * session).  It cannot be given back before the transaction ends: until
+ * then the row is invisible to the others, and only the lock makes a
+ * second inserter of the key wait for the first's outcome.  The price of
+ * sharing: two transactions inserting different keys of one slot (about
+ * one pair in OUTBOX_KEY_SLOTS for one key each) wait for each other as if
+ * the keys were the same, and two that each insert many keys into one
+ * outbox at the same time may deadlock (40P01, one of them rolled back)
+ * where their keys differ; with its own lock per key a large batch would
+ * instead fail for want of shared memory, and others with it.
  */
 static bool
 outbox_partition_key_taken(Relation rel, const OutboxColumns *cols,
@@ -803,25 +829,39 @@ outbox_partition_key_taken(Relation rel, const OutboxColumns *cols,
 {
 	text	   *r = DatumGetTextPP(recipient);
 	text	   *k = DatumGetTextPP(key);
+	uint32		hash;
 	LOCKTAG		tag;
-	Datum		values[3];
-	bool		taken;
-	Oid			save_userid;
-	int			save_sec;
+	OutboxKeyLookup lookup;
 
+	hash = hash_combine(hash_any((unsigned char *) VARDATA_ANY(r),
+								 VARSIZE_ANY_EXHDR(r)),
+						hash_any((unsigned char *) VARDATA_ANY(k),
+								 VARSIZE_ANY_EXHDR(k)));
 	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, cols->outbox,
-						 hash_combine(hash_any((unsigned char *) VARDATA_ANY(r),
-											   VARSIZE_ANY_EXHDR(r)),
-									  hash_any((unsigned char *) VARDATA_ANY(k),
-											   VARSIZE_ANY_EXHDR(k))),
-						 OUTBOX_KEY_LOCK);
+						 hash % OUTBOX_KEY_SLOTS, OUTBOX_KEY_LOCK);
 	(void) LockAcquire(&tag, ExclusiveLock, false, false);
 
-	/* read as the outbox's owner: a producer may only have INSERT on it */
-	GetUserIdAndSecContext(&save_userid, &save_sec);
-	SetUserIdAndSecContext(cols->outbox_owner,
-						   save_sec | SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
+	lookup.cols = cols;
+	lookup.values[0] = recipient;
+	lookup.values[1] = key;
+	lookup.values[2] = Int64GetDatum(id);
+	lookup.taken = false;
+	outbox_as_owner(cols->outbox_owner, outbox_key_lookup, &lookup);
+	return lookup.taken;
+}
+
+/*
+ * outbox_key_lookup
+ *
+ * outbox_partition_key_taken's look-up, run as the outbox's owner: sets
+ * lookup->taken.  Raises 40001 as said there.
+ */
+static void
+outbox_key_lookup(void *arg)
+{
+	OutboxKeyLookup *lookup = (OutboxKeyLookup *) arg;
+	const OutboxColumns *cols = lookup->cols;
+
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	/* made again after any change of the outbox (a rename, say) */
@@ -851,39 +891,18 @@ outbox_partition_key_taken(Relation rel, const OutboxColumns *cols,
 		outbox_key_plan_relid = cols->outbox;
 		outbox_key_plan_valid = true;
 	}
-	values[0] = recipient;
-	values[1] = key;
-	values[2] = Int64GetDatum(id);
-	taken = outbox_key_holder(outbox_key_plan, values, GetLatestSnapshot());
-	if (taken && IsolationUsesXactSnapshot())
+	lookup->taken = outbox_key_holder(outbox_key_plan, lookup->values,
+									  GetLatestSnapshot());
+	if (lookup->taken && IsolationUsesXactSnapshot())
 	{
-		if (!outbox_key_holder(outbox_key_plan, values, GetTransactionSnapshot()))
+		if (!outbox_key_holder(outbox_key_plan, lookup->values,
+							   GetTransactionSnapshot()))
 			ereport(ERROR,
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 					 errmsg("could not serialize access due to concurrent insert of dedup_key \"%s\"",
-							text_to_cstring(k))));
+							TextDatumGetCString(lookup->values[1]))));
 	}
 	SPI_finish();
-	SetUserIdAndSecContext(save_userid, save_sec);
-	return taken;
-}
-
-/*
- * outbox_rel_owner
- *
- * The owner of relation relid.
- */
-static Oid
-outbox_rel_owner(Oid relid)
-{
-	HeapTuple	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
-	Oid			owner;
-
-	if (!HeapTupleIsValid(tup))
-		elog(ERROR, "cache lookup failed for relation %u", relid);
-	owner = ((Form_pg_class) GETSTRUCT(tup))->relowner;
-	ReleaseSysCache(tup);
-	return owner;
 }
 
 /*
