@@ -14,7 +14,18 @@
  * when the backend exits: a snapshot older than a producer that has
  * disconnected since may then get a horizon too high).  Readers list every
  * lock of the server (GetLockStatusData), which is slower than reading
- * shared memory.  outbox_markers.c decides what to mark; this file only
+ * shared memory.
+ *
+ * A history lock's tag has room for 32 bits of its xid only.  The holder
+ * knows the full one (and gives the lock back by it), but a reader takes
+ * the tag's xid for the latest transaction with those 32 bits, not after
+ * the next xid, and ignores it once every snapshot sees that one ended
+ * (GlobalVisCheckRemovableFullXid): right for any lock younger than 2^32
+ * transactions.  One older (its backend idle all that time) is read as a
+ * transaction 2^32 (or a multiple) later, which is wrong only while that
+ * one is still running for the reader's snapshot: a horizon held down for
+ * that moment once every 2^32 transactions, where a plain 32-bit xid
+ * would seem to run for every snapshot for 2^31 transactions on end.  outbox_markers.c decides what to mark; this file only
  * holds and lists the locks.
  *
  * Copyright (c) 2026, delivery_outbox developers
@@ -26,6 +37,7 @@
  */
 #include "postgres.h"
 
+#include "access/transam.h"
 #include "miscadmin.h"
 #include "storage/lock.h"
 #include "utils/resowner.h"
@@ -56,7 +68,7 @@
 
 typedef struct OutboxHistoryLock
 {
-	TransactionId xid;
+	FullTransactionId xid;
 	Oid			relid;
 	int64		bound;
 } OutboxHistoryLock;
@@ -67,6 +79,8 @@ static int	outbox_nhistory = 0;
 
 static void outbox_lock_tag(LOCKTAG *tag, uint16 kind, uint32 field1,
 							Oid relid, int64 value);
+static FullTransactionId outbox_full_xid(TransactionId xid,
+										 FullTransactionId next);
 
 /*
  * outbox_lock_tag
@@ -84,6 +98,24 @@ outbox_lock_tag(LOCKTAG *tag, uint16 kind, uint32 field1, Oid relid,
 	SET_LOCKTAG_ADVISORY(*tag, field1, relid, (uint32) v,
 						 OUTBOX_LOCK_FLAG | kind |
 						 (uint16) ((v >> 32) & OUTBOX_LOCK_HIGH));
+}
+
+/*
+ * outbox_full_xid
+ *
+ * The latest transaction whose 32 bits are xid, not after next (the next
+ * xid to be assigned, read after xid was): the one a history lock names,
+ * unless the lock is 2^32 transactions old (see the file's header).
+ */
+static FullTransactionId
+outbox_full_xid(TransactionId xid, FullTransactionId next)
+{
+	uint64		n = U64FromFullTransactionId(next);
+	uint64		full = (n & ~(uint64) PG_UINT32_MAX) | xid;
+
+	if (full >= n && n > PG_UINT32_MAX)
+		full -= (uint64) PG_UINT32_MAX + 1;
+	return FullTransactionIdFromU64(full);
 }
 
 /*
@@ -124,7 +156,7 @@ outbox_marker_lock(uint16 kind, Oid relid, int64 value, bool acquire)
  * bound on relid after it ends, for snapshots that do not see it ended.
  */
 void
-outbox_history_lock(TransactionId xid, Oid relid, int64 bound)
+outbox_history_lock(FullTransactionId xid, Oid relid, int64 bound)
 {
 	LOCKTAG		tag;
 	int			i;
@@ -134,13 +166,15 @@ outbox_history_lock(TransactionId xid, Oid relid, int64 bound)
 	{
 		OutboxHistoryLock *h = &outbox_history[i];
 
-		if (!TransactionIdEquals(h->xid, xid) || h->relid != relid)
+		if (!FullTransactionIdEquals(h->xid, xid) || h->relid != relid)
 			continue;
 		if (h->bound <= bound)
 			return;
-		outbox_lock_tag(&tag, OUTBOX_LOCK_HISTORY, xid, relid, bound);
+		outbox_lock_tag(&tag, OUTBOX_LOCK_HISTORY, XidFromFullTransactionId(xid),
+						relid, bound);
 		(void) LockAcquire(&tag, AccessShareLock, true, false);
-		outbox_lock_tag(&tag, OUTBOX_LOCK_HISTORY, xid, relid, h->bound);
+		outbox_lock_tag(&tag, OUTBOX_LOCK_HISTORY, XidFromFullTransactionId(xid),
+						relid, h->bound);
 		(void) LockRelease(&tag, AccessShareLock, true);
 		h->bound = bound;
 		return;
@@ -149,7 +183,8 @@ outbox_history_lock(TransactionId xid, Oid relid, int64 bound)
 		outbox_history_fold(xid);
 	if (outbox_nhistory == OUTBOX_HISTORY_MAX)
 		return;					/* all the running transaction's: no room */
-	outbox_lock_tag(&tag, OUTBOX_LOCK_HISTORY, xid, relid, bound);
+	outbox_lock_tag(&tag, OUTBOX_LOCK_HISTORY, XidFromFullTransactionId(xid),
+					relid, bound);
 	(void) LockAcquire(&tag, AccessShareLock, true, false);
 	outbox_history[outbox_nhistory].xid = xid;
 	outbox_history[outbox_nhistory].relid = relid;
@@ -168,7 +203,7 @@ outbox_history_lock(TransactionId xid, Oid relid, int64 bound)
  * own are never folded.
  */
 void
-outbox_history_fold(TransactionId mine)
+outbox_history_fold(FullTransactionId mine)
 {
 	LOCKTAG		tag;
 	int			i;
@@ -178,10 +213,11 @@ outbox_history_fold(TransactionId mine)
 	{
 		OutboxHistoryLock *h = &outbox_history[i];
 
-		if (!TransactionIdEquals(h->xid, mine) &&
-			GlobalVisCheckRemovableXid(NULL, h->xid))
+		if (!FullTransactionIdEquals(h->xid, mine) &&
+			GlobalVisCheckRemovableFullXid(NULL, h->xid))
 		{
-			outbox_lock_tag(&tag, OUTBOX_LOCK_HISTORY, h->xid, h->relid, h->bound);
+			outbox_lock_tag(&tag, OUTBOX_LOCK_HISTORY,
+							XidFromFullTransactionId(h->xid), h->relid, h->bound);
 			(void) LockRelease(&tag, AccessShareLock, true);
 		}
 		else
@@ -195,12 +231,12 @@ outbox_history_fold(TransactionId mine)
 	{
 		OutboxHistoryLock folded[OUTBOX_HISTORY_MAX];
 		int			nfolded = 0;
-		TransactionId newest = InvalidTransactionId;
+		FullTransactionId newest = InvalidFullTransactionId;
 
 		for (i = 0; i < outbox_nhistory; i++)
-			if (!TransactionIdEquals(outbox_history[i].xid, mine) &&
-				(!TransactionIdIsValid(newest) ||
-				 TransactionIdFollows(outbox_history[i].xid, newest)))
+			if (!FullTransactionIdEquals(outbox_history[i].xid, mine) &&
+				(!FullTransactionIdIsValid(newest) ||
+				 FullTransactionIdFollows(outbox_history[i].xid, newest)))
 				newest = outbox_history[i].xid;
 		kept = 0;
 		for (i = 0; i < outbox_nhistory; i++)
@@ -208,7 +244,7 @@ outbox_history_fold(TransactionId mine)
 			OutboxHistoryLock *h = &outbox_history[i];
 			int			f;
 
-			if (TransactionIdEquals(h->xid, mine))
+			if (FullTransactionIdEquals(h->xid, mine))
 			{
 				outbox_history[kept++] = *h;
 				continue;
@@ -229,7 +265,8 @@ outbox_history_fold(TransactionId mine)
 		/* the folded ones first, then the old ones given back */
 		for (i = 0; i < nfolded; i++)
 		{
-			outbox_lock_tag(&tag, OUTBOX_LOCK_HISTORY, folded[i].xid,
+			outbox_lock_tag(&tag, OUTBOX_LOCK_HISTORY,
+							XidFromFullTransactionId(folded[i].xid),
 							folded[i].relid, folded[i].bound);
 			(void) LockAcquire(&tag, AccessShareLock, true, false);
 		}
@@ -237,9 +274,10 @@ outbox_history_fold(TransactionId mine)
 		{
 			OutboxHistoryLock *h = &outbox_history[i];
 
-			if (TransactionIdEquals(h->xid, mine))
+			if (FullTransactionIdEquals(h->xid, mine))
 				continue;
-			outbox_lock_tag(&tag, OUTBOX_LOCK_HISTORY, h->xid, h->relid, h->bound);
+			outbox_lock_tag(&tag, OUTBOX_LOCK_HISTORY,
+							XidFromFullTransactionId(h->xid), h->relid, h->bound);
 			(void) LockRelease(&tag, AccessShareLock, true);
 		}
 		for (i = 0; i < nfolded; i++)
@@ -264,6 +302,7 @@ outbox_marker_locks(uint16 kind, Oid relid, Snapshot snapshot)
 	OutboxHistoryLock *history = palloc(sizeof(OutboxHistoryLock) *
 										Max(locks->nelements, 1));
 	int			nhistory = 0;
+	FullTransactionId next;
 	int			i;
 
 	for (i = 0; i < locks->nelements; i++)
@@ -283,16 +322,22 @@ outbox_marker_locks(uint16 kind, Oid relid, Snapshot snapshot)
 		else if (kind == OUTBOX_LOCK_BOUND && tagkind == OUTBOX_LOCK_HISTORY &&
 				 snapshot != NULL && value < lowest)
 		{
-			history[nhistory].xid = tag->locktag_field1;
+			history[nhistory].xid = FullTransactionIdFromEpochAndXid(0, tag->locktag_field1);
 			history[nhistory].bound = value;
 			nhistory++;
 		}
 	}
 	/* outside the lock manager's partitions: these may look at clog */
+	next = nhistory > 0 ? ReadNextFullTransactionId() : InvalidFullTransactionId;
 	for (i = 0; i < nhistory; i++)
+	{
+		TransactionId xid = XidFromFullTransactionId(history[i].xid);
+
 		if (history[i].bound < lowest &&
-			XidInMVCCSnapshot(history[i].xid, snapshot))
+			!GlobalVisCheckRemovableFullXid(NULL, outbox_full_xid(xid, next)) &&
+			XidInMVCCSnapshot(xid, snapshot))
 			lowest = history[i].bound;
+	}
 	pfree(history);
 	return lowest;
 }

@@ -13,6 +13,7 @@
 #ifndef OUTBOX_MARKER_LOCKS_H
 #define OUTBOX_MARKER_LOCKS_H
 
+#include "access/transam.h"
 #include "utils/snapshot.h"
 
 /* the kinds of marker a transaction's lock can be */
@@ -21,8 +22,9 @@
 
 extern void outbox_marker_lock(uint16 kind, Oid relid, int64 value,
 							   bool acquire);
-extern void outbox_history_lock(TransactionId xid, Oid relid, int64 bound);
-extern void outbox_history_fold(TransactionId mine);
+extern void outbox_history_lock(FullTransactionId xid, Oid relid,
+								int64 bound);
+extern void outbox_history_fold(FullTransactionId mine);
 extern int64 outbox_marker_locks(uint16 kind, Oid relid, Snapshot snapshot);
 
 #endif							/* OUTBOX_MARKER_LOCKS_H */

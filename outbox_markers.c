@@ -40,6 +40,18 @@
  * producer's markers are cleared only after its commit is visible
  * (XACT_EVENT_COMMIT follows ProcArrayEndTransaction).
  *
+ * Transactions are named by their FullTransactionId.  A slot's history
+ * goes only when its backend next marks, which a backend that stays idle,
+ * or has left, never does: a 32-bit xid kept that long would, after 2^31
+ * more transactions, compare as in the future, running for every snapshot,
+ * and hold the horizon down until 2^31 more went by.  Clearing a slot when
+ * its backend leaves would not do (a snapshot older than the backend's last
+ * commit may still need its bound, and an idle backend does not leave).
+ * So a reader first asks whether every snapshot sees the transaction ended
+ * (GlobalVisCheckRemovableFullXid, exact at any age), which drops old
+ * history wherever it lies, and only for a transaction some snapshot may
+ * still see running, so recent enough for 32 bits, asks its own snapshot.
+ *
  * Without the preload there is no shared memory of ours: the markers are
  * then locks of the lock manager (outbox_marker_locks.c), and this file
  * keeps only the backend's own view of them.
@@ -85,7 +97,7 @@ typedef struct OutboxMarkerEntry
 /* The markers of one transaction, or of several folded together. */
 typedef struct OutboxMarkerSet
 {
-	TransactionId xid;			/* the (newest) transaction; Invalid: empty */
+	FullTransactionId xid;		/* the (newest) transaction; Invalid: empty */
 	Oid			dboid;			/* its database; InvalidOid: history folded
 								 * from several (a slot reused by a backend
 								 * of another database), which applies to
@@ -136,6 +148,7 @@ static int64 outbox_set_bound(const OutboxMarkerSet *set, Oid relid);
 static void outbox_close_windows(int from);
 static void outbox_reserve_prepared(void);
 static bool outbox_can_mark(void);
+static bool outbox_xid_running(FullTransactionId xid, Snapshot snapshot);
 
 static OutboxMarkersShared *outbox_markers = NULL;
 
@@ -228,7 +241,7 @@ outbox_marker_open(Oid relid, int64 bound, bool window)
 		return;
 	if (!outbox_marking)
 	{
-		TransactionId xid = GetTopTransactionId();
+		FullTransactionId xid = GetTopFullTransactionId();
 
 		if (slot != NULL)
 		{
@@ -417,8 +430,8 @@ outbox_marker_horizon(Oid relid, int64 horizon, Snapshot snapshot)
 	{
 		OutboxMarkerSlot *slot = &outbox_markers->slots[i];
 		bool		live;
-		TransactionId cur_xid;
-		TransactionId prev_xid;
+		FullTransactionId cur_xid;
+		FullTransactionId prev_xid;
 		int64		cur_bound;
 		int64		prev_bound;
 
@@ -433,11 +446,10 @@ outbox_marker_horizon(Oid relid, int64 horizon, Snapshot snapshot)
 		SpinLockRelease(&slot->mutex);
 
 		if (cur_bound != OUTBOX_NO_WINDOW &&
-			(live || (TransactionIdIsValid(cur_xid) &&
-					  XidInMVCCSnapshot(cur_xid, snapshot))))
+			(live || outbox_xid_running(cur_xid, snapshot)))
 			horizon = Min(horizon, cur_bound - 1);
-		if (prev_bound != OUTBOX_NO_WINDOW && TransactionIdIsValid(prev_xid) &&
-			XidInMVCCSnapshot(prev_xid, snapshot))
+		if (prev_bound != OUTBOX_NO_WINDOW &&
+			outbox_xid_running(prev_xid, snapshot))
 			horizon = Min(horizon, prev_bound - 1);
 	}
 
@@ -449,10 +461,14 @@ outbox_marker_horizon(Oid relid, int64 horizon, Snapshot snapshot)
 	for (i = 0; i < nprepared; i++)
 	{
 		int64		bound = outbox_set_bound(&prepared[i].set, relid);
-		TransactionId xid = prepared[i].set.xid;
+		FullTransactionId xid = prepared[i].set.xid;
 
+		/* a prepared transaction still pending is never removable */
 		if (bound != OUTBOX_NO_WINDOW &&
-			(TransactionIdIsInProgress(xid) || XidInMVCCSnapshot(xid, snapshot)))
+			FullTransactionIdIsValid(xid) &&
+			!GlobalVisCheckRemovableFullXid(NULL, xid) &&
+			(TransactionIdIsInProgress(XidFromFullTransactionId(xid)) ||
+			 XidInMVCCSnapshot(XidFromFullTransactionId(xid), snapshot)))
 			horizon = Min(horizon, bound - 1);
 	}
 	return horizon;
@@ -692,14 +708,14 @@ outbox_fold_markers(OutboxMarkerSlot *slot, OutboxMarkerSet *result)
 	OutboxMarkerSet cur = slot->cur;
 	int			i;
 
-	if (TransactionIdIsValid(prev.xid) &&
-		GlobalVisCheckRemovableXid(NULL, prev.xid))
+	if (FullTransactionIdIsValid(prev.xid) &&
+		GlobalVisCheckRemovableFullXid(NULL, prev.xid))
 		memset(&prev, 0, sizeof(prev));
-	if (TransactionIdIsValid(cur.xid) &&
-		!GlobalVisCheckRemovableXid(NULL, cur.xid))
+	if (FullTransactionIdIsValid(cur.xid) &&
+		!GlobalVisCheckRemovableFullXid(NULL, cur.xid))
 	{
 		/* history of another database (the slot's last owner) stays valid */
-		if (!TransactionIdIsValid(prev.xid))
+		if (!FullTransactionIdIsValid(prev.xid))
 			prev.dboid = cur.dboid;
 		else if (prev.dboid != cur.dboid)
 			prev.dboid = InvalidOid;
@@ -728,7 +744,7 @@ outbox_fold_markers(OutboxMarkerSlot *slot, OutboxMarkerSet *result)
 			prev.entries[e].window = OUTBOX_NO_WINDOW;
 		}
 	}
-	else if (TransactionIdIsValid(cur.xid))
+	else if (FullTransactionIdIsValid(cur.xid))
 		memset(&prev, 0, sizeof(prev));
 	*result = prev;
 }
@@ -745,7 +761,7 @@ outbox_set_bound(const OutboxMarkerSet *set, Oid relid)
 	int64		bound = OUTBOX_NO_WINDOW;
 	int			e;
 
-	if (!TransactionIdIsValid(set->xid) ||
+	if (!FullTransactionIdIsValid(set->xid) ||
 		(OidIsValid(set->dboid) && set->dboid != MyDatabaseId))
 		return bound;
 	if (set->overflow)
@@ -815,20 +831,19 @@ outbox_can_mark(void)
 static void
 outbox_reserve_prepared(void)
 {
-	TransactionId xids[OUTBOX_MARKER_PREPARED];
+	FullTransactionId xids[OUTBOX_MARKER_PREPARED];
 	bool		stale[OUTBOX_MARKER_PREPARED];
 	int			i;
 
 	SpinLockAcquire(&outbox_markers->mutex);
 	for (i = 0; i < OUTBOX_MARKER_PREPARED; i++)
 		xids[i] = OidIsValid(outbox_markers->prepared[i].dboid) ?
-			outbox_markers->prepared[i].set.xid : InvalidTransactionId;
+			outbox_markers->prepared[i].set.xid : InvalidFullTransactionId;
 	SpinLockRelease(&outbox_markers->mutex);
 
 	for (i = 0; i < OUTBOX_MARKER_PREPARED; i++)
-		stale[i] = !TransactionIdIsValid(xids[i]) ||
-			(!TransactionIdIsInProgress(xids[i]) &&
-			 GlobalVisCheckRemovableXid(NULL, xids[i]));
+		stale[i] = !FullTransactionIdIsValid(xids[i]) ||
+			GlobalVisCheckRemovableFullXid(NULL, xids[i]);
 
 	SpinLockAcquire(&outbox_markers->mutex);
 	for (i = 0; i < OUTBOX_MARKER_PREPARED; i++)
@@ -837,11 +852,11 @@ outbox_reserve_prepared(void)
 
 		if ((!OidIsValid(p->dboid) && p->set.nentries >= 0) ||
 			(OidIsValid(p->dboid) && stale[i] &&
-			 TransactionIdEquals(p->set.xid, xids[i])))
+			 FullTransactionIdEquals(p->set.xid, xids[i])))
 		{
 			/* reserved: readers skip it until PREPARE fills it in */
 			p->dboid = InvalidOid;
-			p->set.xid = InvalidTransactionId;
+			p->set.xid = InvalidFullTransactionId;
 			p->set.nentries = -1;
 			outbox_prepared_entry = i;
 			break;
@@ -855,4 +870,21 @@ outbox_reserve_prepared(void)
 				 errdetail("At most %d prepared transactions with outbox inserts can be pending at a time.",
 						   OUTBOX_MARKER_PREPARED),
 				 errhint("Commit or roll back some of them first.")));
+}
+
+/*
+ * outbox_xid_running
+ *
+ * Whether transaction xid (of a set; Invalid: none) may still be running
+ * for snapshot: not when every snapshot sees it ended, however long ago
+ * that was; else as the snapshot says, which only a transaction that
+ * recent can be asked in 32 bits.  Called outside any spinlock.
+ */
+static bool
+outbox_xid_running(FullTransactionId xid, Snapshot snapshot)
+{
+	if (!FullTransactionIdIsValid(xid) ||
+		GlobalVisCheckRemovableFullXid(NULL, xid))
+		return false;
+	return XidInMVCCSnapshot(XidFromFullTransactionId(xid), snapshot);
 }
