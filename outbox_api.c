@@ -31,6 +31,7 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/inval.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
@@ -646,7 +647,14 @@ outbox_enqueue_batch(PG_FUNCTION_ARGS)
 	if (n[0] == 0)
 		return (Datum) 0;
 	if (outbox_table_partitioned(t))
+	{
 		(void) outbox_partitions_make(t, n[0]);
+		/* the batch's key locks in one order: no deadlock between batches */
+		if (keyed)
+			outbox_key_lock_batch(outbox_table_relid(t),
+								  DatumGetArrayTypeP(values[0]),
+								  DatumGetArrayTypeP(values[6]));
+	}
 
 	outbox_spi_connect();
 	outbox_execute(t, keyed ? OUTBOX_PLAN_ENQUEUE_BATCH_DEDUP : OUTBOX_PLAN_ENQUEUE_BATCH,
@@ -766,6 +774,11 @@ outbox_invalidate(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("outbox must not be null")));
+	/* a relation that does not exist has nothing to re-read: 42P01, not XX000 */
+	if (!SearchSysCacheExists1(RELOID, PG_GETARG_DATUM(0)))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("relation with OID %u does not exist", PG_GETARG_OID(0))));
 	CacheInvalidateRelcacheByRelid(PG_GETARG_OID(0));
 	PG_RETURN_VOID();
 }

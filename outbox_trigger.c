@@ -36,6 +36,7 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/lsyscache.h"
@@ -95,6 +96,9 @@ PG_FUNCTION_INFO_V1(outbox_inserted);
  */
 #define OUTBOX_KEY_LOCK		0x0100
 #define OUTBOX_KEY_SLOTS	1024
+
+static uint32 outbox_key_slot(text *recipient, text *key);
+static int	outbox_uint32_cmp(const void *a, const void *b);
 
 /* What outbox_key_lookup() works on, as the outbox's owner. */
 typedef struct OutboxKeyLookup
@@ -823,6 +827,70 @@ outbox_check_dedup_key(Relation rel, HeapTuple oldtuple, HeapTuple tuple,
  * where their keys differ; with its own lock per key a large batch would
  * instead fail for want of shared memory, and others with it.
  */
+static uint32
+outbox_key_slot(text *recipient, text *key)
+{
+	return hash_combine(hash_any((unsigned char *) VARDATA_ANY(recipient),
+								 VARSIZE_ANY_EXHDR(recipient)),
+						hash_any((unsigned char *) VARDATA_ANY(key),
+								 VARSIZE_ANY_EXHDR(key))) % OUTBOX_KEY_SLOTS;
+}
+
+/*
+ * outbox_key_lock_batch
+ *
+ * For a keyed batch into partitioned outbox relid: take the key locks of
+ * all its (recipient, key) pairs (the arrays' positions; a NULL key takes
+ * none) now, in ascending slot order, before any row is inserted.  Two
+ * batches then never deadlock on the slots they share, whatever the order
+ * of their keys; the state guard finds each lock already held.
+ */
+void
+outbox_key_lock_batch(Oid relid, ArrayType *recipients, ArrayType *keys)
+{
+	Datum	   *r;
+	Datum	   *k;
+	bool	   *knulls;
+	int			nr;
+	int			nk;
+	uint32	   *slots;
+	int			n = 0;
+	int			i;
+
+	deconstruct_array(recipients, TEXTOID, -1, false, TYPALIGN_INT,
+					  &r, NULL, &nr);
+	deconstruct_array(keys, TEXTOID, -1, false, TYPALIGN_INT,
+					  &k, &knulls, &nk);
+	slots = palloc(sizeof(uint32) * Max(Min(nr, nk), 1));
+	for (i = 0; i < nr && i < nk; i++)
+	{
+		if (!knulls[i])
+			slots[n++] = outbox_key_slot(DatumGetTextPP(r[i]),
+										 DatumGetTextPP(k[i]));
+	}
+	qsort(slots, n, sizeof(uint32), outbox_uint32_cmp);
+	for (i = 0; i < n; i++)
+	{
+		LOCKTAG		tag;
+
+		if (i > 0 && slots[i] == slots[i - 1])
+			continue;
+		SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, relid, slots[i],
+							 OUTBOX_KEY_LOCK);
+		(void) LockAcquire(&tag, ExclusiveLock, false, false);
+	}
+	pfree(slots);
+}
+
+static int
+outbox_uint32_cmp(const void *a, const void *b)
+{
+	uint32		x = *(const uint32 *) a;
+	uint32		y = *(const uint32 *) b;
+
+	return (x > y) - (x < y);
+}
+
 static bool
 outbox_partition_key_taken(Relation rel, const OutboxColumns *cols,
 						   Datum recipient, Datum key, int64 id)
@@ -833,12 +901,9 @@ outbox_partition_key_taken(Relation rel, const OutboxColumns *cols,
 	LOCKTAG		tag;
 	OutboxKeyLookup lookup;
 
-	hash = hash_combine(hash_any((unsigned char *) VARDATA_ANY(r),
-								 VARSIZE_ANY_EXHDR(r)),
-						hash_any((unsigned char *) VARDATA_ANY(k),
-								 VARSIZE_ANY_EXHDR(k)));
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, cols->outbox,
-						 hash % OUTBOX_KEY_SLOTS, OUTBOX_KEY_LOCK);
+	hash = outbox_key_slot(r, k);
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, cols->outbox, hash,
+						 OUTBOX_KEY_LOCK);
 	(void) LockAcquire(&tag, ExclusiveLock, false, false);
 
 	lookup.cols = cols;

@@ -14,6 +14,7 @@
 #define OUTBOX_TRIGGER_H
 
 #include "access/htup.h"
+#include "utils/array.h"
 #include "utils/relcache.h"
 
 #include "outbox_shmem.h"
@@ -74,6 +75,8 @@ extern OutboxCounter outbox_requeue_counter;
 extern OutboxCounter outbox_delete_counter;
 
 extern const OutboxColumns *outbox_columns(Relation rel, const char *funcname);
+extern void outbox_key_lock_batch(Oid relid, ArrayType *recipients,
+								  ArrayType *keys);
 
 /*
  * Set by _PG_init: wake relays for the next row of the group of a row of an
