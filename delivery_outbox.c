@@ -89,6 +89,7 @@ int			outbox_max_payload_size = 1024 * 1024;
 double		outbox_notify_queue_limit = 0.5;
 int			outbox_notify_mode = OUTBOX_NOTIFY_COMMIT;
 bool		outbox_direct_insert = true;
+int			outbox_max_cached_outboxes = 64;
 static char *outbox_database_names = NULL;
 int			outbox_sweep_interval = 30000;
 int			outbox_reclaim_after = 60;
@@ -158,6 +159,15 @@ _PG_init(void)
 							 PGC_SUSET,
 							 0,
 							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable(OUTBOX_GUC_PREFIX ".max_cached_outboxes",
+							"Outboxes whose prepared statements a session keeps.",
+							"Past it, the statements of the outbox used least recently are freed (and prepared again at its next use), so that a session that works many outboxes holds a bounded amount of memory.",
+							&outbox_max_cached_outboxes,
+							64, 1, 100000,
+							PGC_USERSET,
+							0,
+							NULL, NULL, NULL);
 
 	DefineCustomIntVariable(OUTBOX_GUC_PREFIX ".sweep_interval",
 							"Time between two sweeps of the background worker.",

@@ -41,6 +41,7 @@ extern int	outbox_max_payload_size;
 extern double outbox_notify_queue_limit;
 extern int	outbox_notify_mode;
 extern bool outbox_direct_insert;
+extern int	outbox_max_cached_outboxes;
 
 /* settings of the background worker */
 extern int	outbox_sweep_interval;

@@ -85,6 +85,7 @@ struct OutboxTable
 	char	   *dead_name;		/* quoted "schema"."table", or NULL */
 	List	   *plan_sets;		/* OutboxPlanSet, one per user */
 	OutboxPlanSet *plan_set;	/* the one last used */
+	uint64		last_used;		/* outbox_plans_clock at its last use */
 };
 
 static OutboxTable *outbox_table_entry(Oid relid);
@@ -99,6 +100,8 @@ static void outbox_policy_defaults(OutboxPolicy *policy);
 static Oid	outbox_member_table(Oid ext_oid);
 static Oid	outbox_extension_table(void);
 static void outbox_retire_plan(SPIPlanPtr plan);
+static void outbox_table_free_plans(OutboxTable *table);
+static void outbox_table_evict(OutboxTable *keep);
 
 /* An outbox is a table, or a table partitioned by id (docs/partitions.md). */
 #define outbox_relkind_ok(relkind) \
@@ -119,6 +122,14 @@ static bool outbox_default_stale = false;
  */
 static int	outbox_plans_pinned = 0;
 static List *outbox_retired_plans = NIL;
+
+/*
+ * The entries holding prepared statements, and a clock of their uses: past
+ * delivery_outbox.max_cached_outboxes of them, the least recently used
+ * gives its statements up (outbox_table_evict).
+ */
+static int	outbox_tables_with_plans = 0;
+static uint64 outbox_plans_clock = 0;
 
 
 /*
@@ -370,6 +381,8 @@ outbox_table_entry(Oid relid)
 		/* what outbox_table_clear() frees, then what it resets */
 		table->cxt = NULL;
 		table->plan_sets = NIL;
+		table->plan_set = NULL;
+		table->last_used = 0;
 		outbox_table_clear(table);
 		table->utc = false;
 		table->registered = false;
@@ -490,9 +503,32 @@ outbox_table_forget(OutboxTable *table)
 static void
 outbox_table_clear(OutboxTable *table)
 {
+	outbox_table_free_plans(table);
+	if (table->cxt != NULL)
+		MemoryContextDelete(table->cxt);
+	table->cxt = NULL;
+	table->name = NULL;
+	table->row_expr = NULL;
+	table->channel = NULL;
+	table->dead_name = NULL;
+	table->dead_relid = InvalidOid;
+	table->valid = false;
+}
+
+/*
+ * outbox_table_free_plans
+ *
+ * Give up a table's prepared statements (retired: freed once no statement
+ * runs), keeping the rest of the entry.
+ */
+static void
+outbox_table_free_plans(OutboxTable *table)
+{
 	ListCell   *lc;
 	int			i;
 
+	if (table->plan_sets == NIL)
+		return;
 	foreach(lc, table->plan_sets)
 	{
 		OutboxPlanSet *set = lfirst(lc);
@@ -502,18 +538,43 @@ outbox_table_clear(OutboxTable *table)
 			if (set->plans[i] != NULL)
 				outbox_retire_plan(set->plans[i]);
 		}
+		pfree(set);
 	}
-	if (table->cxt != NULL)
-		MemoryContextDelete(table->cxt);
-	table->cxt = NULL;
-	table->name = NULL;
-	table->row_expr = NULL;
-	table->channel = NULL;
-	table->dead_name = NULL;
-	table->dead_relid = InvalidOid;
+	list_free(table->plan_sets);
 	table->plan_sets = NIL;
 	table->plan_set = NULL;
-	table->valid = false;
+	outbox_tables_with_plans--;
+}
+
+/*
+ * outbox_table_evict
+ *
+ * More entries than delivery_outbox.max_cached_outboxes hold statements:
+ * the least recently used ones (but keep) give theirs up, and entries of
+ * tables that no longer exist go altogether.  A linear pass, run only when
+ * the bound is crossed.
+ */
+static void
+outbox_table_evict(OutboxTable *keep)
+{
+	while (outbox_tables_with_plans >= outbox_max_cached_outboxes)
+	{
+		HASH_SEQ_STATUS status;
+		OutboxTable *table;
+		OutboxTable *oldest = NULL;
+
+		hash_seq_init(&status, outbox_tables);
+		while ((table = hash_seq_search(&status)) != NULL)
+		{
+			if (table == keep || table->plan_sets == NIL)
+				continue;
+			if (oldest == NULL || table->last_used < oldest->last_used)
+				oldest = table;
+		}
+		if (oldest == NULL)
+			break;
+		outbox_table_free_plans(oldest);
+	}
 }
 
 /*
@@ -794,6 +855,7 @@ outbox_table_plans(OutboxTable *table)
 	ListCell   *lc;
 	MemoryContext old;
 
+	table->last_used = ++outbox_plans_clock;
 	if (table->plan_set != NULL && table->plan_set->userid == userid)
 		return table->plan_set->plans;
 	foreach(lc, table->plan_sets)
@@ -806,6 +868,13 @@ outbox_table_plans(OutboxTable *table)
 			return set->plans;
 		}
 	}
+	/* a first set for this table: within the bound of tables with sets */
+	if (table->plan_sets == NIL)
+	{
+		outbox_table_evict(table);
+		outbox_tables_with_plans++;
+	}
+	table->last_used = ++outbox_plans_clock;
 	old = MemoryContextSwitchTo(table->cxt);
 	table->plan_set = palloc0(sizeof(OutboxPlanSet));
 	table->plan_set->userid = userid;
