@@ -4,6 +4,13 @@
 \echo Use "ALTER EXTENSION delivery_outbox UPDATE TO '1.2'" to load this file. \quit
 
 --
+-- Until 1.2 is released, every change made here must be made in
+-- delivery_outbox--1.2.sql too (the install script of 1.2, which
+-- CREATE EXTENSION runs instead of 1.0 and its updates): sql/upgrade.sql
+-- fails on any difference between the two ways.
+--
+
+--
 -- Many outboxes.  Besides the extension's own table (the default outbox),
 -- any table made by outbox_create() or taken over by outbox_attach() is an
 -- outbox: it has the state guard and the after-insert trigger, and a row in
@@ -190,6 +197,21 @@ LANGUAGE C VOLATILE;
 REVOKE ALL ON FUNCTION outbox_calling_role() FROM PUBLIC;
 REVOKE ALL ON FUNCTION outbox_invalidate(regclass) FROM PUBLIC;
 
+-- outbox_run_as_owner(tbl, command): one SQL command run as tbl's owner,
+-- under SECURITY_RESTRICTED_OPERATION with search_path = pg_catalog,
+-- pg_temp; the first column of its first row as text (NULL without one).
+-- The functions below run through it every step that reads or writes a
+-- table's rows or builds over them, so that the table's code (triggers,
+-- CHECKs, defaults, index expressions and predicates) never runs with
+-- their definer's rights.  Raises 22004 on a NULL argument itself (not
+-- STRICT: a step must not be skipped).  Not for direct use.
+CREATE FUNCTION outbox_run_as_owner(tbl regclass, command text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'outbox_run_as_owner'
+LANGUAGE C VOLATILE;
+
+REVOKE ALL ON FUNCTION outbox_run_as_owner(regclass, text) FROM PUBLIC;
+
 --
 -- outbox_partitions_ahead(tbl): make the missing partitions of partitioned
 -- outbox tbl, from the one of its sequence's next id through the one after
@@ -301,6 +323,10 @@ DECLARE
     arg text := coalesce(', ' || quote_literal(channel), '');
     trg name;
 BEGIN
+    -- as the caller (the definer of outbox_attach and the others): CREATE
+    -- TRIGGER needs EXECUTE on the extension's trigger functions, which the
+    -- table's owner lacks, and making, dropping or enabling a trigger runs
+    -- none of the table's code
     FOR trg IN SELECT tgname FROM pg_trigger
                 WHERE tgrelid = tbl
                   AND tgname IN ('zz_delivery_outbox_state_guard', 'zz_delivery_outbox_inserted',
@@ -382,6 +408,9 @@ BEGIN
                   DETAIL = format('Outbox %s keeps its dead letters in %I.%I.', tbl, nsp, dead),
                   HINT = 'Rename or drop that relation first.';
     END IF;
+    -- as the definer: a new, empty table in the schema (where the owner
+    -- may lack CREATE), of the extension's making, then given to the
+    -- owner; none of a table's code runs
     EXECUTE format($ddl$
         CREATE TABLE %1$I.%2$I (
             id                bigint PRIMARY KEY,
@@ -446,6 +475,12 @@ BEGIN
         ) AS v(suffix, def)
     LOOP
         idxname := left(rel, 63 - length(idx.suffix) - 1) || '_' || idx.suffix;
+        -- as the definer, not through outbox_run_as_owner: CREATE INDEX
+        -- itself builds the index (its expressions, predicate and unique
+        -- checks) as the table's owner under SECURITY_RESTRICTED_OPERATION,
+        -- and these indexes hold only the outbox's own columns of built-in
+        -- types and pg_catalog's operators; run as the owner, it would
+        -- also need CREATE on the schema, which the owner may lack
         IF to_regclass(format('%I.%I', nsp, idxname)) IS NULL THEN
             EXECUTE format('CREATE %sINDEX %I ON %s %s',
                            CASE WHEN idx.suffix = 'dedup_idx' AND NOT partitioned THEN 'UNIQUE ' ELSE '' END,
@@ -474,6 +509,7 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    -- as the caller: dropping a trigger runs none of the table's code
     EXECUTE format('DROP TRIGGER zz_delivery_outbox_state_guard ON %s', tbl);
     EXECUTE format('DROP TRIGGER zz_delivery_outbox_inserted ON %s', tbl);
     EXECUTE format('DROP TRIGGER IF EXISTS zz_delivery_outbox_insert_started ON %s', tbl);
@@ -516,7 +552,10 @@ BEGIN
         SELECT atttypid INTO have FROM pg_attribute
          WHERE attrelid = tbl AND attname = col.name AND NOT attisdropped;
         IF NOT FOUND THEN
-            EXECUTE format('ALTER TABLE %s ADD COLUMN %I %s', tbl, col.name, col.type);
+            -- as the owner, like every step that changes the table's
+            -- layout or reads its rows (ALTER TABLE needs ownership only)
+            PERFORM @extschema@.outbox_run_as_owner(
+                tbl, format('ALTER TABLE %s ADD COLUMN %I %s', tbl, col.name, col.type));
         ELSIF have <> col.type THEN
             RAISE EXCEPTION 'column "%" of table % must be of type %', col.name, tbl, col.type
                 USING ERRCODE = 'datatype_mismatch';
@@ -536,13 +575,18 @@ BEGIN
     END IF;
     PERFORM @extschema@.outbox_set_triggers(tbl, channel);
     dead := @extschema@.outbox_make_dead(tbl);
+    -- the registry's own row, as the definer (nobody else may write it)
     INSERT INTO @extschema@.delivery_outbox_registry (outbox, origin, channel, dead)
     VALUES (tbl, origin, channel, dead);
     -- a dead-letter table taken up keeps its ids: the outbox's sequence
     -- must not hand them out again
     seq := pg_get_serial_sequence(tbl::text, 'id');
     IF seq IS NOT NULL THEN
-        EXECUTE format('SELECT max(id) FROM %s', dead) INTO top;
+        -- the dead-letter table's rows, as its owner (a table taken up may
+        -- carry code of its own: row security policies); the sequence,
+        -- which has no code, as the definer
+        top := @extschema@.outbox_run_as_owner(
+                   dead, format('SELECT max(id) FROM %s', dead))::bigint;
         EXECUTE format('SELECT last_value FROM %s', seq) INTO last_id;
         IF top IS NOT NULL AND top >= last_id THEN
             PERFORM setval(seq, top);
@@ -671,7 +715,10 @@ BEGIN
                   DETAIL = 'Only an ordinary table that is not a partition can be attached.';
     END IF;
 
-    EXECUTE format('LOCK TABLE %s IN SHARE ROW EXCLUSIVE MODE', tbl);
+    -- the table's steps run as its owner (outbox_run_as_owner), who may
+    -- lock it, alter it and read its rows
+    PERFORM @extschema@.outbox_run_as_owner(
+        tbl, format('LOCK TABLE %s IN SHARE ROW EXCLUSIVE MODE', tbl));
 
     -- the columns, by name and type
     FOR want IN
@@ -728,7 +775,7 @@ BEGIN
     END IF;
 
     -- every row, by the rules of a restored row
-    EXECUTE format($q$
+    bad := @extschema@.outbox_run_as_owner(tbl, format($q$
         SELECT array_agg(id ORDER BY id) FROM (
             SELECT id FROM %s
              WHERE NOT coalesce(
@@ -739,7 +786,7 @@ BEGIN
                         AND delivery_attempts >= 1 AND acked_at IS NULL
                    WHEN 'acked' THEN acked_at IS NOT NULL
                    ELSE false END, false)
-             ORDER BY id LIMIT 10) b$q$, tbl) INTO bad;
+             ORDER BY id LIMIT 10) b$q$, tbl))::bigint[];
     IF bad IS NOT NULL THEN
         RAISE EXCEPTION 'table % has rows that are not valid outbox rows', tbl
             USING ERRCODE = 'check_violation',
@@ -747,7 +794,8 @@ BEGIN
                   HINT = 'delivery_state must be pending, delivered or acked; a pending row has delivered_at exactly when delivery_attempts >= 1 and no acked_at; a delivered row has delivered_at, delivery_attempts >= 1 and no acked_at; an acked row has acked_at.  A pending row re-addressed with delivered_at = NULL can be repaired with UPDATE ... SET delivered_at = created_at WHERE delivery_state = ''pending'' AND delivery_attempts > 0 AND delivered_at IS NULL before attaching.';
     END IF;
 
-    -- notifying triggers would double the wake-ups
+    -- notifying triggers would double the wake-ups (disabled as the
+    -- definer: no code of the table runs)
     SELECT coalesce(array_agg(t.tgname ORDER BY t.tgname), '{}') INTO notifying
       FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid
      WHERE t.tgrelid = tbl AND NOT t.tgisinternal AND t.tgenabled <> 'D'
@@ -757,11 +805,14 @@ BEGIN
     END LOOP;
 
     PERFORM @extschema@.outbox_make_outbox(tbl, channel, 'attached');
+    -- the registry's own row, as the definer
     UPDATE @extschema@.delivery_outbox_registry
        SET disabled_triggers = notifying WHERE outbox = tbl;
 
     -- the enqueue functions leave created_at to its default; last, since
-    -- ALTER TABLE takes ACCESS EXCLUSIVE (reads wait) until the commit
+    -- ALTER TABLE takes ACCESS EXCLUSIVE (reads wait) until the commit (as
+    -- the definer: SET DEFAULT evaluates nothing, and the defaults are the
+    -- extension's)
     IF NOT (SELECT atthasdef FROM pg_attribute WHERE attrelid = tbl AND attname = 'created_at') THEN
         EXECUTE format('ALTER TABLE %s ALTER COLUMN created_at SET DEFAULT %s', tbl,
                        CASE WHEN ts_type = 'timestamp'::regtype
@@ -807,6 +858,8 @@ BEGIN
             USING ERRCODE = 'wrong_object_type';
     END IF;
     PERFORM @extschema@.outbox_require_owner(tbl);
+    -- all as the definer: dropping and enabling triggers and the
+    -- registry's row run none of the table's code, and read no row of it
     PERFORM @extschema@.outbox_drop_triggers(tbl);
     FOREACH trg IN ARRAY reg.disabled_triggers LOOP
         IF EXISTS (SELECT FROM pg_trigger WHERE tgrelid = tbl AND tgname = trg) THEN
@@ -931,6 +984,8 @@ BEGIN
      WHERE r.outbox = tbl;
     IF channel IS NOT NULL THEN
         chan := nullif(channel, '');
+        -- the registry's row and the triggers, as the definer (no code of
+        -- the table runs)
         UPDATE @extschema@.delivery_outbox_registry r SET channel = chan WHERE r.outbox = tbl;
         -- the triggers carry the channel
         PERFORM @extschema@.outbox_set_triggers(tbl, chan);
@@ -940,8 +995,9 @@ BEGIN
            (SELECT r.ordered FROM @extschema@.delivery_outbox_registry r WHERE r.outbox = tbl) THEN
             -- running inserts finish first: each one is marked as the
             -- setting it started under says, which must be the one claims
-            -- go by
-            EXECUTE format('LOCK TABLE %s IN SHARE MODE', tbl);
+            -- go by (locked as the table's owner, who may)
+            PERFORM @extschema@.outbox_run_as_owner(
+                tbl, format('LOCK TABLE %s IN SHARE MODE', tbl));
             UPDATE @extschema@.delivery_outbox_registry r
                SET ordered = outbox_configure.ordered WHERE r.outbox = tbl;
         END IF;
@@ -952,6 +1008,9 @@ BEGIN
            AND pg_get_indexdef(i.indexrelid)
                ~ ' \(recipient, id\) WHERE \(delivery_state = ''delivered''::text\)$';
         IF outbox_configure.ordered AND idx IS NULL THEN
+            -- as the definer, as outbox_make_indexes does (CREATE INDEX
+            -- builds it as the table's owner itself; the owner may lack
+            -- CREATE on the schema); so is DROP INDEX, which runs no code
             idxname := left((SELECT relname FROM pg_class WHERE oid = tbl),
                             63 - length('delivered_recipient_idx') - 1) || '_delivered_recipient_idx';
             IF to_regclass(format('%I.%I', (SELECT n.nspname FROM pg_class c
@@ -1039,7 +1098,13 @@ BEGIN
             USING ERRCODE = 'object_not_in_prerequisite_state',
                   HINT = 'Give the id column an identity, or a sequence owned by it.';
     END IF;
-    EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', tbl);
+    -- the steps that lock the table or read its rows run as its owner
+    -- (outbox_run_as_owner); those that make the new, empty parent in the
+    -- schema (where the owner may lack CREATE), rename, re-own, grant and
+    -- move triggers and defaults run as the definer: none runs any of the
+    -- table's code
+    PERFORM @extschema@.outbox_run_as_owner(
+        tbl, format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', tbl));
     -- what would follow the table, not its new parent: refused
     SELECT string_agg(DISTINCT pg_describe_object(d.classid, d.objid, d.objsubid), ', ')
       INTO deps
@@ -1076,6 +1141,7 @@ BEGIN
     is_identity := (SELECT attidentity <> '' FROM pg_attribute
                      WHERE attrelid = tbl AND attname = 'id');
     -- the table keeps the ids below the first boundary above its next id
+    -- (a sequence has no code: read as the definer)
     EXECUTE format('SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END FROM %s', seq)
        INTO next_id;
     next_id := greatest(next_id, 1);
@@ -1149,7 +1215,6 @@ BEGIN
        SET outbox = t, partition_rows = outbox_partition.partition_rows
      WHERE r.outbox = tbl;
     PERFORM @extschema@.outbox_make_indexes(t);
-    PERFORM @extschema@.outbox_set_triggers(t, reg.channel);
     -- the unique (recipient, dedup_key) index gives way to the partitions'
     -- plain one: the state guard takes the keys now
     FOR idx IN SELECT i.indexrelid::regclass AS name FROM pg_index i
@@ -1159,8 +1224,16 @@ BEGIN
     LOOP
         EXECUTE format('DROP INDEX %s', idx.name);
     END LOOP;
-    EXECUTE format('ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM (MINVALUE) TO (%s)',
-                   t, tbl, bound);
+    -- as the owner of both tables (made so above): ATTACH PARTITION scans
+    -- the rows and builds the parent's indexes the table lacks.  Before the
+    -- new table has its row triggers, which ATTACH would clone onto the
+    -- table with the owner's rights (EXECUTE on the extension's trigger
+    -- functions, which the owner lacks): CREATE TRIGGER on the new table,
+    -- as the definer, clones them onto it instead.
+    PERFORM @extschema@.outbox_run_as_owner(
+        tbl, format('ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM (MINVALUE) TO (%s)',
+                    t, tbl, bound));
+    PERFORM @extschema@.outbox_set_triggers(t, reg.channel);
     PERFORM @extschema@.outbox_invalidate(tbl);
     PERFORM @extschema@.outbox_invalidate(t);
     PERFORM @extschema@.outbox_partitions_ahead(t);
