@@ -20,7 +20,11 @@
 -- triggers (and whether they fire ALWAYS), rules, policies and view
 -- definition; each member sequence's parameters; each member event
 -- trigger's event, tags, state and function; the tables registered with
--- pg_extension_config_dump; the extension's own flags.
+-- pg_extension_config_dump; the extension's own flags; the initial
+-- privileges pg_dump goes by (pg_init_privs); the owners.  The fresh
+-- install runs the default version's own install script where there is
+-- one (delivery_outbox--1.2.sql for 1.2), so this also proves that script
+-- makes what the update scripts make.
 CREATE TEMP TABLE outbox_snap (label text, kind text, item text);
 CREATE FUNCTION pg_temp.outbox_snapshot(label text) RETURNS bigint
 LANGUAGE plpgsql AS $f$
@@ -54,12 +58,13 @@ BEGIN
            format('%s(%s) returns %s | lang=%s volatility=%s strict=%s '
                   'security_definer=%s leakproof=%s parallel=%s cost=%s '
                   'rows=%s kind=%s config=%s acl=%s symbol=%s library=%s '
-                  'comment=%L',
+                  'owner=%s comment=%L',
                   p.proname, pg_get_function_arguments(p.oid),
                   pg_get_function_result(p.oid), l.lanname, p.provolatile,
                   p.proisstrict, p.prosecdef, p.proleakproof, p.proparallel,
                   p.procost, p.prorows, p.prokind, p.proconfig, p.proacl,
-                  p.prosrc, p.probin, obj_description(p.oid, 'pg_proc'))
+                  p.prosrc, p.probin, pg_get_userbyid(p.proowner),
+                  obj_description(p.oid, 'pg_proc'))
       FROM outbox_members m
       JOIN pg_proc p ON m.classid = 'pg_proc'::regclass AND p.oid = m.objid
       JOIN pg_language l ON l.oid = p.prolang;
@@ -72,21 +77,24 @@ BEGIN
     INSERT INTO outbox_snap
     SELECT label, 'relation',
            format('%s kind=%s persistence=%s options=%s acl=%s '
-                  'row_security=%s/%s replica_identity=%s comment=%L',
+                  'row_security=%s/%s replica_identity=%s owner=%s comment=%L',
                   c.relname, c.relkind, c.relpersistence, c.reloptions,
                   c.relacl, c.relrowsecurity, c.relforcerowsecurity,
-                  c.relreplident, obj_description(c.oid, 'pg_class'))
+                  c.relreplident, pg_get_userbyid(c.relowner),
+                  obj_description(c.oid, 'pg_class'))
       FROM outbox_rels c;
 
     INSERT INTO outbox_snap
     SELECT label, 'column',
            format('%s #%s %s %s notnull=%s default=%s identity=%s '
-                  'generated=%s collation=%s acl=%s comment=%L',
+                  'generated=%s collation=%s storage=%s compression=%s '
+                  'statistics=%s acl=%s comment=%L',
                   c.relname,
                   row_number() OVER (PARTITION BY c.oid ORDER BY a.attnum),
                   a.attname, format_type(a.atttypid, a.atttypmod),
                   a.attnotnull, pg_get_expr(d.adbin, d.adrelid),
                   a.attidentity, a.attgenerated, a.attcollation,
+                  a.attstorage, a.attcompression, a.attstattarget,
                   a.attacl, col_description(c.oid, a.attnum))
       FROM outbox_rels c
       JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0
@@ -96,13 +104,17 @@ BEGIN
 
     INSERT INTO outbox_snap
     SELECT label, 'constraint',
-           format('%s %s %s deferrable=%s/%s', c.relname, k.conname,
+           format('%s %s %s deferrable=%s/%s validated=%s local=%s '
+                  'noinherit=%s', c.relname, k.conname,
                   pg_get_constraintdef(k.oid), k.condeferrable,
-                  k.condeferred)
+                  k.condeferred, k.convalidated, k.conislocal,
+                  k.connoinherit)
       FROM outbox_rels c JOIN pg_constraint k ON k.conrelid = c.oid;
 
     INSERT INTO outbox_snap
-    SELECT label, 'index', pg_get_indexdef(i.indexrelid)
+    SELECT label, 'index',
+           format('%s valid=%s primary=%s', pg_get_indexdef(i.indexrelid),
+                  i.indisvalid, i.indisprimary)
       FROM outbox_rels c JOIN pg_index i ON i.indrelid = c.oid;
 
     INSERT INTO outbox_snap
@@ -160,6 +172,19 @@ BEGIN
       FROM outbox_members m
       JOIN pg_event_trigger t ON m.classid = 'pg_event_trigger'::regclass
                              AND t.oid = m.objid;
+
+    INSERT INTO outbox_snap
+    SELECT label, 'init privs',
+           format('%s %s privtype=%s initprivs=%s',
+                  pg_describe_object(ip.classoid, ip.objoid, 0),
+                  CASE WHEN ip.objsubid > 0
+                       THEN (SELECT attname FROM pg_attribute
+                              WHERE attrelid = ip.objoid
+                                AND attnum = ip.objsubid) END,
+                  ip.privtype, ip.initprivs)
+      FROM pg_init_privs ip
+     WHERE EXISTS (SELECT FROM outbox_members m
+                    WHERE m.classid = ip.classoid AND m.objid = ip.objoid);
 
     DROP TABLE outbox_members, outbox_rels;
     SELECT count(*) INTO n FROM outbox_snap s WHERE s.label = outbox_snapshot.label;
