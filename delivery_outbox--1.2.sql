@@ -86,6 +86,11 @@ CREATE INDEX delivery_outbox_acked_idx
 CREATE INDEX delivery_outbox_scheduled_idx
     ON delivery_outbox (not_before, id)
     WHERE delivery_state OPERATOR(pg_catalog.=) 'pending' AND not_before IS NOT NULL;
+-- the same per recipient: a recipient's claim never walks past the
+-- scheduled rows of the others
+CREATE INDEX delivery_outbox_scheduled_recipient_idx
+    ON delivery_outbox (recipient, not_before, id)
+    WHERE delivery_state OPERATOR(pg_catalog.=) 'pending' AND not_before IS NOT NULL;
 -- rows with an expiry, for the worker's sweep
 CREATE INDEX delivery_outbox_expiring_idx
     ON delivery_outbox (expires_at)
@@ -140,6 +145,8 @@ CREATE FUNCTION outbox_insert_statement()
 RETURNS trigger
 AS 'MODULE_PATHNAME', 'outbox_insert_statement'
 LANGUAGE C;
+
+REVOKE ALL ON FUNCTION outbox_insert_statement() FROM PUBLIC;
 
 CREATE TRIGGER zz_delivery_outbox_insert_started
     BEFORE INSERT ON delivery_outbox
@@ -485,6 +492,8 @@ BEGIN
     IF EXISTS (SELECT FROM pg_class c
                 WHERE c.oid = to_regclass(format('%I.%I', nsp, dead))
                   AND c.relkind = 'r'
+                  -- another role's table of that name is nobody's to take
+                  AND c.relowner = (SELECT relowner FROM pg_class WHERE oid = tbl)
                   AND NOT EXISTS (SELECT FROM @extschema@.delivery_outbox_registry r
                                    WHERE r.dead = c.oid)
                   AND (SELECT count(*) FROM pg_attribute a
@@ -563,6 +572,7 @@ BEGIN
             ('delivered_idx', '(delivered_at) WHERE delivery_state OPERATOR(pg_catalog.=) ''delivered'''),
             ('acked_idx', '(acked_at) WHERE delivery_state OPERATOR(pg_catalog.=) ''acked'''),
             ('scheduled_idx', '(not_before, id) WHERE delivery_state OPERATOR(pg_catalog.=) ''pending'' AND not_before IS NOT NULL'),
+            ('scheduled_recipient_idx', '(recipient, not_before, id) WHERE delivery_state OPERATOR(pg_catalog.=) ''pending'' AND not_before IS NOT NULL'),
             ('expiring_idx', '(expires_at) WHERE delivery_state OPERATOR(pg_catalog.=) ''pending'' AND expires_at IS NOT NULL'),
             ('dedup_idx', '(recipient, dedup_key) WHERE dedup_key IS NOT NULL')
         ) AS v(suffix, def)

@@ -121,18 +121,18 @@ typedef struct OutboxPlanDef
  * whatever that estimate, not by a join it could plan as a hash of the
  * whole table.
  */
-#define OUTBOX_CLAIM_SQL(filter) \
+#define OUTBOX_CLAIM_SQL(filter, by) \
 	"WITH d AS (" \
 	"SELECT id FROM %1$s" \
 	" WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'" \
 	" AND not_before IS NOT NULL AND not_before OPERATOR(pg_catalog.<=) $4" \
 	filter OUTBOX_UNEXPIRED("$4", "$5") \
-	" ORDER BY not_before, id LIMIT $1 FOR UPDATE SKIP LOCKED)," \
+	" ORDER BY " by "not_before, id LIMIT $1 FOR UPDATE SKIP LOCKED)," \
 	" r AS (" \
 	"SELECT id FROM %1$s" \
 	" WHERE delivery_state OPERATOR(pg_catalog.=) 'pending' AND not_before IS NULL" \
 	filter OUTBOX_UNEXPIRED("$4", "$5") \
-	" ORDER BY id" \
+	" ORDER BY " by "id" \
 	" LIMIT ($1 OPERATOR(pg_catalog.-) (SELECT pg_catalog.count(*) FROM d))" \
 	" FOR UPDATE SKIP LOCKED)," \
 	" u AS (" \
@@ -143,6 +143,23 @@ typedef struct OutboxPlanDef
 	" RETURNING %2$s)" \
 	" SELECT u.* FROM u ORDER BY u.id"
 #define OUTBOX_BY_RECIPIENT	" AND recipient OPERATOR(pg_catalog.=) $2"
+
+/*
+ * A recipient's rows for a scan that walks an index of (recipient, ...):
+ * the equality written as a range of one value, and the scan ordered by
+ * recipient first.  (An equality would make the planner drop the
+ * recipient from the ordering as a constant, and then, without
+ * statistics, an index of the whole table's open rows in id order with a
+ * filter costs it the same as the recipient's own index: a walk past every
+ * other recipient's rows.  The range leaves the recipient's index the only
+ * one that gives the order.  Both bounds are the same text: in the
+ * database's collation, which is deterministic for these columns, the rows
+ * between them are the ones equal to it.)
+ */
+#define OUTBOX_RECIPIENT_IS(param) \
+	" AND recipient OPERATOR(pg_catalog.>=) " param \
+	" AND recipient OPERATOR(pg_catalog.<=) " param
+#define OUTBOX_BY_RECIPIENT_ORDER	"recipient, "
 #define OUTBOX_BY_TENANT	" AND tenant_id OPERATOR(pg_catalog.=) $3"
 
 #define OUTBOX_CLAIM_ARGS	{INT8OID, TEXTOID, TEXTOID, TIMESTAMPTZOID, TABLE_TIME}
@@ -230,18 +247,18 @@ typedef struct OutboxPlanDef
 /* the reconnect resync: a recipient's delivered rows, in id order */
 #define OUTBOX_RESYNC_LOCK(tenant) \
 	"SELECT " OUTBOX_LOCKED_COLUMNS " FROM %1$s" \
-	" WHERE recipient OPERATOR(pg_catalog.=) $6" \
-	" AND delivery_state OPERATOR(pg_catalog.=) 'delivered'" \
+	" WHERE delivery_state OPERATOR(pg_catalog.=) 'delivered'" \
+	OUTBOX_RECIPIENT_IS("$6") \
 	" AND " tenant \
-	" ORDER BY id FOR UPDATE"
+	" ORDER BY recipient, id FOR UPDATE"
 
 /* the replay: a recipient's open rows after an id */
 #define OUTBOX_REPLAY_SQL(filter) \
 	"SELECT %2$s FROM %1$s o" \
-	" WHERE recipient OPERATOR(pg_catalog.=) $1" \
-	" AND delivery_state OPERATOR(pg_catalog.=) " OUTBOX_OPEN_STATES \
+	" WHERE delivery_state OPERATOR(pg_catalog.=) " OUTBOX_OPEN_STATES \
+	OUTBOX_RECIPIENT_IS("$1") \
 	" AND id OPERATOR(pg_catalog.>) $2" filter \
-	" ORDER BY id LIMIT $3"
+	" ORDER BY recipient, id LIMIT $3"
 
 /*
  * outbox_wait's probe: is there a row a claim would hand out (of a
@@ -287,11 +304,11 @@ typedef struct OutboxPlanDef
 static const char outbox_same_sql[] = "";
 
 #define OUTBOX_SAME_SQL		outbox_same_sql	/* legacy: the same statement */
-#define OUTBOX_LEGACY_CLAIM_SQL(filter) \
+#define OUTBOX_LEGACY_CLAIM_SQL(filter, by) \
 	"WITH c AS (" \
 	"SELECT id FROM %1$s" \
 	" WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'" filter \
-	" ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)," \
+	" ORDER BY " by "id LIMIT $1 FOR UPDATE SKIP LOCKED)," \
 	" u AS (" \
 	"UPDATE %1$s o SET delivery_state = 'delivered' FROM c" \
 	" WHERE o.id OPERATOR(pg_catalog.=) c.id" \
@@ -339,15 +356,23 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 	[OUTBOX_PLAN_DEDUP_LOOKUP] = {
 		"SELECT id FROM %1$s WHERE recipient OPERATOR(pg_catalog.=) $1"
 		" AND dedup_key OPERATOR(pg_catalog.=) $2",
-		{TEXTOID, TEXTOID}
+		{TEXTOID, TEXTOID},
+		.walk_index = true
 	},
-	[OUTBOX_PLAN_CLAIM] = {OUTBOX_CLAIM_SQL(""), OUTBOX_CLAIM_ARGS, OUTBOX_LEGACY_CLAIM_SQL(""), .walk_index = true},
-	[OUTBOX_PLAN_CLAIM_R] = {OUTBOX_CLAIM_SQL(OUTBOX_BY_RECIPIENT), OUTBOX_CLAIM_ARGS, OUTBOX_LEGACY_CLAIM_SQL(OUTBOX_BY_RECIPIENT), .walk_index = true},
-	[OUTBOX_PLAN_CLAIM_T] = {OUTBOX_CLAIM_SQL(OUTBOX_BY_TENANT), OUTBOX_CLAIM_ARGS, OUTBOX_LEGACY_CLAIM_SQL(OUTBOX_BY_TENANT), .walk_index = true},
-	[OUTBOX_PLAN_CLAIM_RT] = {
-		OUTBOX_CLAIM_SQL(OUTBOX_BY_RECIPIENT OUTBOX_BY_TENANT),
+	[OUTBOX_PLAN_CLAIM] = {OUTBOX_CLAIM_SQL("", ""), OUTBOX_CLAIM_ARGS, OUTBOX_LEGACY_CLAIM_SQL("", ""), .walk_index = true},
+	[OUTBOX_PLAN_CLAIM_R] = {
+		OUTBOX_CLAIM_SQL(OUTBOX_RECIPIENT_IS("$2"), OUTBOX_BY_RECIPIENT_ORDER),
 		OUTBOX_CLAIM_ARGS,
-		OUTBOX_LEGACY_CLAIM_SQL(OUTBOX_BY_RECIPIENT OUTBOX_BY_TENANT), .walk_index = true},
+		OUTBOX_LEGACY_CLAIM_SQL(OUTBOX_RECIPIENT_IS("$2"), OUTBOX_BY_RECIPIENT_ORDER),
+		.walk_index = true
+	},
+	[OUTBOX_PLAN_CLAIM_T] = {OUTBOX_CLAIM_SQL(OUTBOX_BY_TENANT, ""), OUTBOX_CLAIM_ARGS, OUTBOX_LEGACY_CLAIM_SQL(OUTBOX_BY_TENANT, ""), .walk_index = true},
+	[OUTBOX_PLAN_CLAIM_RT] = {
+		OUTBOX_CLAIM_SQL(OUTBOX_RECIPIENT_IS("$2") OUTBOX_BY_TENANT, OUTBOX_BY_RECIPIENT_ORDER),
+		OUTBOX_CLAIM_ARGS,
+		OUTBOX_LEGACY_CLAIM_SQL(OUTBOX_RECIPIENT_IS("$2") OUTBOX_BY_TENANT, OUTBOX_BY_RECIPIENT_ORDER),
+		.walk_index = true
+	},
 	[OUTBOX_PLAN_ACK_LOCK] = {OUTBOX_ACK_LOCK_SQL(""), {INT8ARRAYOID, TEXTOID}, OUTBOX_SAME_SQL},
 	[OUTBOX_PLAN_ACK_LOCK_R] = {
 		OUTBOX_ACK_LOCK_SQL(OUTBOX_BY_RECIPIENT),
@@ -409,9 +434,9 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 	[OUTBOX_PLAN_REASSIGN] = {
 		"WITH l AS ("
 		"SELECT id FROM %1$s"
-		" WHERE recipient OPERATOR(pg_catalog.=) $1"
-		" AND delivery_state OPERATOR(pg_catalog.=) " OUTBOX_OPEN_STATES
-		" ORDER BY id FOR UPDATE)"
+		" WHERE delivery_state OPERATOR(pg_catalog.=) " OUTBOX_OPEN_STATES
+		OUTBOX_RECIPIENT_IS("$1")
+		" ORDER BY recipient, id FOR UPDATE)"
 		" UPDATE %1$s o SET recipient = $2, delivery_state = 'pending',"
 		" not_before = NULL,"
 		" dedup_key = CASE WHEN EXISTS (SELECT FROM %1$s k"
@@ -424,9 +449,9 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		{TEXTOID, TEXTOID},
 		"WITH l AS ("
 		"SELECT id FROM %1$s"
-		" WHERE recipient OPERATOR(pg_catalog.=) $1"
-		" AND delivery_state OPERATOR(pg_catalog.=) " OUTBOX_OPEN_STATES
-		" ORDER BY id FOR UPDATE)"
+		" WHERE delivery_state OPERATOR(pg_catalog.=) " OUTBOX_OPEN_STATES
+		OUTBOX_RECIPIENT_IS("$1")
+		" ORDER BY recipient, id FOR UPDATE)"
 		" UPDATE %1$s o SET recipient = $2, delivery_state = 'pending'"
 		" FROM l WHERE o.id OPERATOR(pg_catalog.=) l.id"
 		" AND NOT pg_catalog.texteq(o.delivery_state, 'acked')", .walk_index = true},
@@ -512,8 +537,14 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		{TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID, INT8OID}, .walk_index = true},
 	[OUTBOX_PLAN_NEXT_DUE] = {OUTBOX_NEXT_DUE_SQL(""), {TIMESTAMPTZOID, TEXTOID}, .walk_index = true},
 	[OUTBOX_PLAN_NEXT_DUE_R] = {
-		OUTBOX_NEXT_DUE_SQL(" AND recipient OPERATOR(pg_catalog.=) $2"),
-		{TIMESTAMPTZOID, TEXTOID}, .walk_index = true},
+		"SELECT (SELECT not_before FROM %1$s"
+		" WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'"
+		" AND not_before IS NOT NULL AND not_before OPERATOR(pg_catalog.>) $1"
+		OUTBOX_RECIPIENT_IS("$2")
+		" ORDER BY recipient, not_before LIMIT 1)",
+		{TIMESTAMPTZOID, TEXTOID},
+		.walk_index = true
+	},
 	[OUTBOX_PLAN_REPLAY] = {OUTBOX_REPLAY_SQL(""), {TEXTOID, INT8OID, INT8OID, TEXTOID}, OUTBOX_SAME_SQL, .walk_index = true},
 	[OUTBOX_PLAN_REPLAY_T] = {
 		OUTBOX_REPLAY_SQL(" AND tenant_id OPERATOR(pg_catalog.=) $4"),
@@ -565,13 +596,27 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		" WITH ORDINALITY AS u(r, k, n)"
 		" JOIN %1$s o ON o.recipient OPERATOR(pg_catalog.=) u.r"
 		" AND o.dedup_key OPERATOR(pg_catalog.=) u.k",
-		{TEXTARRAYOID, TEXTARRAYOID}
+		{TEXTARRAYOID, TEXTARRAYOID},
+		.walk_index = true
 	},
 	[OUTBOX_PLAN_EXISTS] = {OUTBOX_EXISTS_SQL(""), {TEXTOID, TIMESTAMPTZOID, TABLE_TIME}, OUTBOX_LEGACY_EXISTS_SQL(""), .walk_index = true},
 	[OUTBOX_PLAN_EXISTS_R] = {
-		OUTBOX_EXISTS_SQL(" AND recipient OPERATOR(pg_catalog.=) $1"),
+		"SELECT (SELECT id FROM %1$s"
+		" WHERE delivery_state OPERATOR(pg_catalog.=) 'pending' AND not_before IS NULL"
+		OUTBOX_RECIPIENT_IS("$1") OUTBOX_UNEXPIRED("$2", "$3")
+		" ORDER BY recipient, id LIMIT 1) IS NOT NULL"
+		" OR (SELECT id FROM %1$s"
+		" WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'"
+		" AND not_before IS NOT NULL AND not_before OPERATOR(pg_catalog.<=) $2"
+		OUTBOX_RECIPIENT_IS("$1") OUTBOX_UNEXPIRED("$2", "$3")
+		" ORDER BY recipient, not_before, id LIMIT 1) IS NOT NULL",
 		{TEXTOID, TIMESTAMPTZOID, TABLE_TIME},
-		OUTBOX_LEGACY_EXISTS_SQL(" AND recipient OPERATOR(pg_catalog.=) $1"), .walk_index = true},
+		"SELECT (SELECT id FROM %1$s"
+		" WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'"
+		OUTBOX_RECIPIENT_IS("$1")
+		" ORDER BY recipient, id LIMIT 1) IS NOT NULL",
+		.walk_index = true
+	},
 	[OUTBOX_PLAN_BACKLOG] = {
 		"SELECT"
 		" pg_catalog.count(*) FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'),"
