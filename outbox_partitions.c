@@ -15,10 +15,33 @@
  * PARTITION OF would take ACCESS EXCLUSIVE).  A producer makes one ahead
  * only if it gets that lock at once, so producers do not wait on each
  * other for it; one whose own rows need a partition another session is
- * making waits for that session's commit.  The statements run as the
- * calling user, which is the definer of the SQL functions (the extension's
- * owner: attaching clones the outbox's triggers, whose functions are
- * granted to nobody) or the worker.
+ * making waits for that session's commit.
+ *
+ * Whose rights (SPEC.md "Trust"): a statement that reads a table's rows or
+ * can run its code runs as that table's owner through outbox_as_owner():
+ * the ATTACH (its validation scan, the indexes it builds on the new table,
+ * the CHECK constraints it simplifies) as the outbox's owner, the reads,
+ * the count and the DROP of a partition as the partition's.  Only the
+ * CREATE TABLE ... (LIKE ...) of the new, empty table and its ALTER ...
+ * OWNER TO run as the calling user (the definer of the SQL functions, the
+ * worker, or the maker connected as the definer): the owner may lack
+ * CREATE on the schema and cannot give a table away, and neither
+ * statement evaluates anything of the table (LIKE copies expressions
+ * without running them, an empty table has no row to check).  Attaching
+ * as the owner clones the outbox's row triggers as internal ones, for
+ * which PostgreSQL checks no EXECUTE on their functions (granted to
+ * nobody).
+ *
+ * The partition maker (outbox_make_in_worker) is a background worker a
+ * producer waits for, where the deadlock detector cannot see the wait.  So
+ * a producer whose transaction holds a lock the maker needs (SHARE UPDATE
+ * EXCLUSIVE or stronger on the outbox: it made or dropped a partition
+ * already, or locked the table) makes the partitions itself instead; any
+ * other wait is bounded by the maker's lock_timeout and by the producer,
+ * which stops the maker after OUTBOX_MAKER_WAIT.  After a maker that left
+ * partitions missing, this backend starts no other one for that outbox
+ * for OUTBOX_MAKER_BACKOFF: its enqueues make only the partitions their
+ * rows need, themselves, meanwhile.
  *
  * A partition is dropped when every id of its range has been drawn, it
  * holds no open row and its newest ack is older than the retention.  The
@@ -39,33 +62,45 @@
 
 #include "access/table.h"
 #include "access/xact.h"
-#include "pgstat.h"
-#include "postmaster/bgworker.h"
+#include "access/transam.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_index.h"
+#include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
+#include "executor/spi.h"
 #include "lib/qunique.h"
 #include "mb/pg_wchar.h"
-#include "executor/spi.h"
 #include "miscadmin.h"
+#include "nodes/nodeFuncs.h"
 #include "partitioning/partbounds.h"
 #include "partitioning/partdesc.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
 #include "storage/ipc.h"
+#include "storage/latch.h"
 #include "storage/lmgr.h"
-#include "utils/inval.h"
+#include "tcop/tcopprot.h"
+#include "utils/acl.h"
+#include "utils/backend_status.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/hsearch.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/partcache.h"
+#include "utils/regproc.h"
 #include "utils/rel.h"
 #include "utils/resowner.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
-#include "utils/backend_status.h"
+#include "utils/wait_event.h"
 
 #include "delivery_outbox.h"
 #include "outbox_order.h"
+#include "outbox_owner.h"
 #include "outbox_partitions.h"
 #include "outbox_shmem.h"
 #include "outbox_xact.h"
@@ -96,6 +131,36 @@ typedef struct OutboxMakeRequest
 /* How long the partition maker waits for a lock before giving up (ms). */
 #define OUTBOX_MAKER_LOCK_TIMEOUT	2000
 
+/*
+ * How long a producer waits for the maker before stopping it and making
+ * the partitions itself (ms): the maker's lock waits, and a little more.
+ */
+#define OUTBOX_MAKER_WAIT			(2 * OUTBOX_MAKER_LOCK_TIMEOUT + 1000)
+
+/*
+ * How long after a maker that left partitions missing this backend starts
+ * no other one for that outbox (ms).
+ */
+#define OUTBOX_MAKER_BACKOFF		10000
+
+/* This backend's makers that left partitions missing, by outbox. */
+typedef struct OutboxMakerFailure
+{
+	Oid			relid;			/* hash key */
+	TimestampTz failed_at;
+} OutboxMakerFailure;
+
+static HTAB *outbox_maker_failures = NULL;
+
+/* A statement run by outbox_run_utility / _select, and what it returns. */
+typedef struct OutboxPartitionSql
+{
+	const char *sql;
+	Snapshot	snapshot;		/* a select's, or InvalidSnapshot */
+	bool		isnull;			/* a select's one value */
+	Datum		value;			/* (by value) */
+} OutboxPartitionSql;
+
 /* One partition of an outbox: its id range [lower, upper). */
 typedef struct OutboxPartition
 {
@@ -111,6 +176,13 @@ static int	outbox_partitions_wanted(OutboxTable *table, int64 rows,
 static bool outbox_partitions_missing(OutboxTable *table, const int64 *ks,
 									  int nks);
 static bool outbox_make_in_worker(OutboxTable *table, int64 rows);
+static bool outbox_maker_backing_off(Oid relid);
+static void outbox_maker_failed(Oid relid, bool failed);
+static bool outbox_maker_blocked(OutboxTable *table);
+static bool outbox_owner_may_attach(OutboxPartitionJob *job);
+static bool outbox_rel_calls_functions(Relation rel);
+static void outbox_run_utility(void *arg);
+static void outbox_run_select(void *arg);
 static int	outbox_partition_list(Relation rel, OutboxPartition **parts);
 static bool outbox_range_free(const OutboxPartition *parts, int nparts,
 							  int64 lower, int64 upper);
@@ -144,12 +216,16 @@ PG_FUNCTION_INFO_V1(outbox_partitions_ahead);
  * the caller's transaction holds no lock for them and everyone sees them
  * at once; where no worker can be started (or it could not make them),
  * the caller makes them itself: the ones its rows need now waiting for the
- * lock, the ones ahead only if the lock is had at once.  Returns how many
- * the caller made itself.
+ * lock, the ones ahead only if the lock is had at once.  No maker is
+ * started when the caller holds a lock it would need (outbox_maker_blocked),
+ * and for OUTBOX_MAKER_BACKOFF after one that failed here: the caller then
+ * makes only the partitions its rows need.  Returns how many the caller
+ * made itself.
  */
 int
 outbox_partitions_make(OutboxTable *table, int64 rows)
 {
+	Oid			relid = outbox_table_relid(table);
 	int64	   *ks;
 	int			nks;
 	int64		need_k;
@@ -159,8 +235,20 @@ outbox_partitions_make(OutboxTable *table, int64 rows)
 	nks = outbox_partitions_wanted(table, rows, &ks, &need_k);
 	if (!outbox_partitions_missing(table, ks, nks))
 		return 0;				/* the usual case: all there */
-	if (outbox_make_in_worker(table, rows))
+	if (outbox_maker_backing_off(relid))
+	{
+		int			nneed = 0;
+
+		/* ks ascends: those up to need_k come first */
+		while (nneed < nks && ks[nneed] <= need_k)
+			nneed++;
+		return nneed > 0 ? outbox_make_missing(table, ks, nneed, need_k, false) : 0;
+	}
+	if (!outbox_maker_blocked(table) && outbox_make_in_worker(table, rows))
+	{
 		AcceptInvalidationMessages();	/* what it made, seen here now */
+		outbox_maker_failed(relid, outbox_partitions_missing(table, ks, nks));
+	}
 	return outbox_make_missing(table, ks, nks, need_k, false);
 }
 
@@ -238,8 +326,10 @@ outbox_partitions_missing(OutboxTable *table, const int64 *ks, int nks)
  * Start a background worker that makes the partitions rows more rows need
  * (outbox_partitions_worker_main), as the current user, and wait for it to
  * end.  False when none could be started.  The worker gives up on a lock
- * it does not get within OUTBOX_MAKER_LOCK_TIMEOUT (one this transaction
- * holds, say): the caller then makes the partitions itself.
+ * it does not get within OUTBOX_MAKER_LOCK_TIMEOUT; one still running
+ * after OUTBOX_MAKER_WAIT is stopped (it rolls back): the caller, which
+ * the deadlock detector does not see waiting here, then makes the
+ * partitions itself.
  */
 static bool
 outbox_make_in_worker(OutboxTable *table, int64 rows)
@@ -249,6 +339,7 @@ outbox_make_in_worker(OutboxTable *table, int64 rows)
 	OutboxMakeRequest req;
 	pid_t		pid;
 	BgwHandleStatus status;
+	TimestampTz deadline;
 
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
@@ -267,9 +358,36 @@ outbox_make_in_worker(OutboxTable *table, int64 rows)
 	worker.bgw_notify_pid = MyProcPid;
 	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
 		return false;
-	status = WaitForBackgroundWorkerStartup(handle, &pid);
-	if (status == BGWH_STARTED)
-		status = WaitForBackgroundWorkerShutdown(handle);
+	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), OUTBOX_MAKER_WAIT);
+	for (;;)
+	{
+		long		remaining;
+		int			rc;
+
+		/* the postmaster sets our latch when the worker starts or ends */
+		status = GetBackgroundWorkerPid(handle, &pid);
+		if (status == BGWH_STOPPED || status == BGWH_POSTMASTER_DIED)
+			break;
+		remaining = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+		if (remaining <= 0)
+		{
+			ereport(DEBUG1,
+					(errmsg_internal("delivery_outbox: partition maker for outbox %s stopped after %d ms",
+									 outbox_table_name(table), OUTBOX_MAKER_WAIT)));
+			TerminateBackgroundWorker(handle);
+			status = WaitForBackgroundWorkerShutdown(handle);
+			break;
+		}
+		rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_POSTMASTER_DEATH,
+					   remaining, PG_WAIT_EXTENSION);
+		if (rc & WL_POSTMASTER_DEATH)
+		{
+			status = BGWH_POSTMASTER_DIED;
+			break;
+		}
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
 	if (status == BGWH_POSTMASTER_DIED)
 		ereport(FATAL,
 				(errcode(ERRCODE_ADMIN_SHUTDOWN),
@@ -279,10 +397,92 @@ outbox_make_in_worker(OutboxTable *table, int64 rows)
 }
 
 /*
+ * outbox_maker_blocked
+ *
+ * Whether the maker would wait for this transaction: it holds a lock on the
+ * outbox that conflicts with the maker's SHARE UPDATE EXCLUSIVE (that one
+ * or stronger; ROW EXCLUSIVE, row locks and ACCESS SHARE do not, nor does
+ * the ACCESS SHARE that CREATE TABLE ... LIKE takes), or the outbox has a
+ * default partition, which ATTACH PARTITION locks ACCESS EXCLUSIVE and
+ * which this transaction may have written to.
+ */
+static bool
+outbox_maker_blocked(OutboxTable *table)
+{
+	Relation	rel = table_open(outbox_table_relid(table), AccessShareLock);
+	PartitionDesc pd = RelationGetPartitionDesc(rel, true);
+	bool		blocked;
+
+	blocked = CheckRelationLockedByMe(rel, ShareUpdateExclusiveLock, true) ||
+		(pd->boundinfo != NULL && partition_bound_has_default(pd->boundinfo));
+	table_close(rel, AccessShareLock);
+	return blocked;
+}
+
+/*
+ * outbox_maker_backing_off
+ *
+ * Whether a maker started by this backend for outbox relid left partitions
+ * missing less than OUTBOX_MAKER_BACKOFF ago.
+ */
+static bool
+outbox_maker_backing_off(Oid relid)
+{
+	OutboxMakerFailure *f;
+
+	if (outbox_maker_failures == NULL)
+		return false;
+	f = hash_search(outbox_maker_failures, &relid, HASH_FIND, NULL);
+	return f != NULL &&
+		!TimestampDifferenceExceeds(f->failed_at, GetCurrentTimestamp(),
+									OUTBOX_MAKER_BACKOFF);
+}
+
+/*
+ * outbox_maker_failed
+ *
+ * Remember (failed) or forget that a maker for outbox relid left
+ * partitions missing just now.  Kept in backend memory: a lasting failure
+ * (a name clash, an event trigger, a lock held for long) then costs each
+ * backend one maker per OUTBOX_MAKER_BACKOFF, not one per enqueue.
+ */
+static void
+outbox_maker_failed(Oid relid, bool failed)
+{
+	OutboxMakerFailure *f;
+
+	if (outbox_maker_failures == NULL)
+	{
+		HASHCTL		ctl;
+
+		if (!failed)
+			return;
+		ctl.keysize = sizeof(Oid);
+		ctl.entrysize = sizeof(OutboxMakerFailure);
+		ctl.hcxt = TopMemoryContext;
+		outbox_maker_failures = hash_create("delivery_outbox partition makers",
+											16, &ctl,
+											HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	}
+	if (failed)
+	{
+		f = hash_search(outbox_maker_failures, &relid, HASH_ENTER, NULL);
+		f->failed_at = GetCurrentTimestamp();
+		ereport(DEBUG1,
+				(errmsg_internal("delivery_outbox: partition maker for outbox %u left partitions missing; none is started again for %d ms",
+								 relid, OUTBOX_MAKER_BACKOFF)));
+	}
+	else
+		(void) hash_search(outbox_maker_failures, &relid, HASH_REMOVE, NULL);
+}
+
+/*
  * outbox_partitions_worker_main
  *
  * Entry point of the worker outbox_make_in_worker starts: make the
- * partitions its request names, in a transaction of its own.
+ * partitions its request names, in a transaction of its own.  SIGTERM sets
+ * the interrupt flag (die) rather than exiting from the handler, so that a
+ * stop inside the DDL's critical sections waits for their end.
  */
 void
 outbox_partitions_worker_main(Datum main_arg)
@@ -292,6 +492,8 @@ outbox_partitions_worker_main(Datum main_arg)
 	char		timeout[16];
 
 	memcpy(&req, MyBgworkerEntry->bgw_extra, sizeof(req));
+	pqsignal(SIGTERM, die);
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnectionByOid(req.dboid, req.userid, 0);
 	SetCurrentStatementStartTimestamp();
@@ -666,6 +868,7 @@ outbox_make_partition(OutboxPartitionJob *job)
 	char	   *qname;
 	char	   *parent;
 	int			save_nestlevel;
+	OutboxPartitionSql sql = {0};
 
 	/* <table>_p<k>, the table's name shortened to fit, a number if taken */
 	for (attempt = 0;; attempt++)
@@ -689,6 +892,12 @@ outbox_make_partition(OutboxPartitionJob *job)
 	qname = quote_qualified_identifier(nsp, name);
 	parent = quote_qualified_identifier(nsp, job->relname);
 
+	/*
+	 * As the calling user: the owner may lack CREATE on the schema, and
+	 * cannot give the table to itself.  Nothing of the outbox runs here:
+	 * LIKE copies the defaults and CHECK constraints without evaluating
+	 * them, and the new table has no row, no index and no trigger yet.
+	 */
 	save_nestlevel = outbox_safe_path();
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
@@ -698,18 +907,148 @@ outbox_make_partition(OutboxPartitionJob *job)
 					false, 0) != SPI_OK_UTILITY ||
 		SPI_execute(psprintf("ALTER TABLE %s OWNER TO %s", qname,
 							 quote_identifier(GetUserNameFromId(job->owner, false))),
-					false, 0) != SPI_OK_UTILITY ||
-		SPI_execute(psprintf("ALTER TABLE %s ATTACH PARTITION %s"
-							 " FOR VALUES FROM (" INT64_FORMAT ") TO (" INT64_FORMAT ")",
-							 parent, qname, job->k * job->rows + 1,
-							 (job->k + 1) * job->rows + 1),
 					false, 0) != SPI_OK_UTILITY)
 		elog(ERROR, "could not make partition %s", qname);
 	SPI_finish();
 	AtEOXact_GUC(true, save_nestlevel);
+
+	/*
+	 * ATTACH PARTITION scans the new table (and a default partition),
+	 * builds the outbox's indexes on it and simplifies its CHECK
+	 * constraints and index expressions, which evaluates the immutable
+	 * calls among them: the owner's functions run there.  So it runs as the
+	 * outbox's owner, who owns both tables now.  But it also copies the
+	 * outbox's row triggers to the new table, checking EXECUTE on their
+	 * functions for the current user, and the extension's are granted to
+	 * nobody: an owner without that grant gets the ATTACH run as the
+	 * calling user, only if none of those expressions calls anything but a
+	 * built-in function (nothing of the owner's can run then).
+	 */
+	sql.sql = psprintf("ALTER TABLE %s ATTACH PARTITION %s"
+					   " FOR VALUES FROM (" INT64_FORMAT ") TO (" INT64_FORMAT ")",
+					   parent, qname, job->k * job->rows + 1,
+					   (job->k + 1) * job->rows + 1);
+	if (outbox_owner_may_attach(job))
+		outbox_as_owner(job->owner, outbox_run_utility, &sql);
+	else
+	{
+		save_nestlevel = outbox_safe_path();
+		outbox_run_utility(&sql);
+		AtEOXact_GUC(true, save_nestlevel);
+	}
 	ereport(DEBUG1,
 			(errmsg_internal("delivery_outbox: made partition %s of outbox %s",
 							 qname, parent)));
+}
+
+/*
+ * outbox_owner_may_attach
+ *
+ * Whether the owner of outbox job->relid may execute the function of every
+ * row trigger ATTACH PARTITION copies from it (its triggers that are not
+ * internal).  When not, and the outbox's CHECK constraints, index
+ * expressions or index predicates call a function that is not built in,
+ * raises 42501: attaching as the calling user could run that function
+ * with the caller's rights.
+ */
+static bool
+outbox_owner_may_attach(OutboxPartitionJob *job)
+{
+	Relation	rel = table_open(job->relid, AccessShareLock);
+	TriggerDesc *trigdesc = rel->trigdesc;
+	Oid			denied = InvalidOid;
+	int			i;
+
+	for (i = 0; trigdesc != NULL && i < trigdesc->numtriggers; i++)
+	{
+		Trigger    *tg = &trigdesc->triggers[i];
+
+		if (!TRIGGER_FOR_ROW(tg->tgtype) || tg->tgisinternal)
+			continue;
+		if (!DatumGetBool(DirectFunctionCall3(has_function_privilege_id_id,
+											  ObjectIdGetDatum(job->owner),
+											  ObjectIdGetDatum(tg->tgfoid),
+											  CStringGetTextDatum("EXECUTE"))))
+		{
+			denied = tg->tgfoid;
+			break;
+		}
+	}
+	if (OidIsValid(denied) && outbox_rel_calls_functions(rel))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("cannot attach a new partition to outbox \"%s\" as its owner",
+						RelationGetRelationName(rel)),
+				 errdetail("Its CHECK constraints or index expressions call functions that are not built in, and role \"%s\" may not execute the trigger function %s that attaching copies to the partition.",
+						   GetUserNameFromId(job->owner, false),
+						   format_procedure(denied)),
+				 errhint("Grant EXECUTE on function %s to role \"%s\".",
+						 format_procedure(denied),
+						 GetUserNameFromId(job->owner, false))));
+	table_close(rel, AccessShareLock);
+	return !OidIsValid(denied);
+}
+
+/* check_functions_in_node's test: a function that is not built in */
+static bool
+outbox_not_built_in(Oid func_id, void *context)
+{
+	return func_id >= FirstNormalObjectId;
+}
+
+/* outbox_rel_calls_functions's walker */
+static bool
+outbox_calls_walker(Node *node, void *context)
+{
+	if (node == NULL)
+		return false;
+	if (check_functions_in_node(node, outbox_not_built_in, context))
+		return true;
+	return expression_tree_walker(node, outbox_calls_walker, context);
+}
+
+/*
+ * outbox_rel_calls_functions
+ *
+ * Whether a CHECK constraint of rel, or an expression or predicate of one
+ * of its indexes, calls a function (an operator's, a cast's, a type's
+ * I/O) that is not built in.  The expressions are read as stored, never
+ * simplified: simplifying them would evaluate their immutable calls.
+ */
+static bool
+outbox_rel_calls_functions(Relation rel)
+{
+	TupleConstr *constr = RelationGetDescr(rel)->constr;
+	List	   *indexes;
+	ListCell   *lc;
+	int			i;
+
+	for (i = 0; constr != NULL && i < constr->num_check; i++)
+		if (outbox_calls_walker(stringToNode(constr->check[i].ccbin), NULL))
+			return true;
+	indexes = RelationGetIndexList(rel);
+	foreach(lc, indexes)
+	{
+		HeapTuple	tup = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(lfirst_oid(lc)));
+		bool		calls = false;
+		AttrNumber	cols[2] = {Anum_pg_index_indexprs, Anum_pg_index_indpred};
+		int			c;
+
+		if (!HeapTupleIsValid(tup))
+			continue;
+		for (c = 0; c < 2 && !calls; c++)
+		{
+			bool		isnull;
+			Datum		d = SysCacheGetAttr(INDEXRELID, tup, cols[c], &isnull);
+
+			if (!isnull)
+				calls = outbox_calls_walker(stringToNode(TextDatumGetCString(d)), NULL);
+		}
+		ReleaseSysCache(tup);
+		if (calls)
+			return true;
+	}
+	return false;
 }
 
 /*
@@ -733,78 +1072,52 @@ outbox_partition_next_id(OutboxTable *table)
  *
  * Whether partition relid holds no open row and no ack at or after cutoff,
  * read from its indexes with the transaction's snapshot, or (latest) a new
- * one; *rows is how many rows it holds.  Runs as the current user: the
- * caller may read the outbox.
+ * one.  Read as the partition's owner (outbox_run_select).
  */
 static bool
 outbox_partition_droppable(Oid relid, TimestampTz cutoff, bool latest)
 {
 	char	   *name = quote_qualified_identifier(get_namespace_name(get_rel_namespace(relid)),
 												  get_rel_name(relid));
-	Snapshot	snap = latest ? GetLatestSnapshot() : InvalidSnapshot;
-	bool		isnull;
-	bool		ok;
-	Datum		newest;
-	int			save_nestlevel;
+	OutboxPartitionSql sql = {0};
 
-	save_nestlevel = outbox_safe_path();
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	sql.snapshot = latest ? GetLatestSnapshot() : InvalidSnapshot;
 	/* open rows, then the newest ack, each from its partial index */
-	if (SPI_execute_snapshot(SPI_prepare(psprintf("SELECT EXISTS (SELECT FROM ONLY %s"
-												  " WHERE delivery_state OPERATOR(pg_catalog.=)"
-												  " ANY ('{pending,delivered}'::pg_catalog.text[]))",
-												  name), 0, NULL),
-							 NULL, NULL, snap, InvalidSnapshot,
-							 true, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read partition %s", name);
-	ok = !DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
-									 SPI_tuptable->tupdesc, 1, &isnull));
-	if (ok &&
-		SPI_execute_snapshot(SPI_prepare(psprintf("SELECT pg_catalog.max(acked_at) FROM ONLY %s"
-												  " WHERE delivery_state OPERATOR(pg_catalog.=) 'acked'",
-												  name), 0, NULL),
-							 NULL, NULL, snap, InvalidSnapshot,
-							 true, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read partition %s", name);
-	if (ok)
-	{
-		/*
-		 * A timestamptz, or a "timestamp" of UTC wall-clock time (an
-		 * attached table's): the same representation of the same instant.
-		 */
-		newest = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
-							   1, &isnull);
-		ok = isnull || DatumGetTimestampTz(newest) < cutoff;
-	}
-	SPI_finish();
-	AtEOXact_GUC(true, save_nestlevel);
-	return ok;
+	sql.sql = psprintf("SELECT EXISTS (SELECT FROM ONLY %s"
+					   " WHERE delivery_state OPERATOR(pg_catalog.=)"
+					   " ANY ('{pending,delivered}'::pg_catalog.text[]))",
+					   name);
+	outbox_as_rel_owner(relid, outbox_run_select, &sql);
+	if (DatumGetBool(sql.value))
+		return false;
+	sql.sql = psprintf("SELECT pg_catalog.max(acked_at) FROM ONLY %s"
+					   " WHERE delivery_state OPERATOR(pg_catalog.=) 'acked'",
+					   name);
+	outbox_as_rel_owner(relid, outbox_run_select, &sql);
+
+	/*
+	 * A timestamptz, or a "timestamp" of UTC wall-clock time (an attached
+	 * table's): the same representation of the same instant.
+	 */
+	return sql.isnull || DatumGetTimestampTz(sql.value) < cutoff;
 }
 
 /*
  * outbox_partition_rows
  *
- * The number of rows of partition relid.
+ * The number of rows of partition relid, counted as its owner.
  */
 static int64
 outbox_partition_rows(Oid relid)
 {
-	char	   *name = quote_qualified_identifier(get_namespace_name(get_rel_namespace(relid)),
-												  get_rel_name(relid));
-	int64		rows = 0;
-	bool		isnull;
-	int			save_nestlevel = outbox_safe_path();
+	OutboxPartitionSql sql = {0};
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	if (SPI_execute(psprintf("SELECT pg_catalog.count(*) FROM ONLY %s", name),
-					true, 1) == SPI_OK_SELECT)
-		rows = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-										   SPI_tuptable->tupdesc, 1, &isnull));
-	SPI_finish();
-	AtEOXact_GUC(true, save_nestlevel);
-	return rows;
+	sql.snapshot = InvalidSnapshot;
+	sql.sql = psprintf("SELECT pg_catalog.count(*) FROM ONLY %s",
+					   quote_qualified_identifier(get_namespace_name(get_rel_namespace(relid)),
+												  get_rel_name(relid)));
+	outbox_as_rel_owner(relid, outbox_run_select, &sql);
+	return DatumGetInt64(sql.value);
 }
 
 /*
@@ -813,7 +1126,8 @@ outbox_partition_rows(Oid relid)
  * Drop partition partid of rel, if the outbox's ACCESS EXCLUSIVE lock can
  * be had within delivery_outbox.partition_lock_timeout and the partition
  * still qualifies then: OUTBOX_DROP_DONE, _KEPT, or _NO_LOCK (nothing was
- * done).  The lock, once had, is held to the end of the transaction.
+ * done).  The lock, once had, is held to the end of the transaction.  The
+ * DROP runs as the partition's owner, who may drop it.
  */
 static int
 outbox_drop_partition(OutboxPartitionJob *job, TimestampTz cutoff)
@@ -821,7 +1135,7 @@ outbox_drop_partition(OutboxPartitionJob *job, TimestampTz cutoff)
 	Oid			partid = job->partid;
 	ErrorData  *edata;
 	char		timeout[16];
-	int			save_nestlevel;
+	OutboxPartitionSql sql = {0};
 
 	snprintf(timeout, sizeof(timeout), "%d", outbox_partition_lock_timeout);
 	edata = outbox_partition_try(outbox_lock_for_drop, job, timeout);
@@ -842,25 +1156,62 @@ outbox_drop_partition(OutboxPartitionJob *job, TimestampTz cutoff)
 		return OUTBOX_DROP_KEPT;	/* dropped meanwhile */
 
 	/* no writer is left: a new snapshot sees every row of the partition */
-	{
-		char	   *qname;
-
-		if (!outbox_partition_droppable(partid, cutoff, true))
-			return OUTBOX_DROP_KEPT;
-		qname = quote_qualified_identifier(get_namespace_name(get_rel_namespace(partid)),
-										   get_rel_name(partid));
-		save_nestlevel = outbox_safe_path();
-		if (SPI_connect() != SPI_OK_CONNECT)
-			elog(ERROR, "SPI_connect failed");
-		if (SPI_execute(psprintf("DROP TABLE %s", qname), false, 0) != SPI_OK_UTILITY)
-			elog(ERROR, "could not drop partition %s", qname);
-		SPI_finish();
-		AtEOXact_GUC(true, save_nestlevel);
-		ereport(DEBUG1,
-				(errmsg_internal("delivery_outbox: dropped partition %s of outbox %s",
-								 qname, job->relname)));
-	}
+	if (!outbox_partition_droppable(partid, cutoff, true))
+		return OUTBOX_DROP_KEPT;
+	sql.sql = psprintf("DROP TABLE %s",
+					   quote_qualified_identifier(get_namespace_name(get_rel_namespace(partid)),
+												  get_rel_name(partid)));
+	outbox_as_rel_owner(partid, outbox_run_utility, &sql);
+	ereport(DEBUG1,
+			(errmsg_internal("delivery_outbox: dropped partition %s of outbox %s",
+							 sql.sql + strlen("DROP TABLE "), job->relname)));
 	return OUTBOX_DROP_DONE;
+}
+
+/*
+ * outbox_run_utility
+ *
+ * outbox_as_owner's work: run the utility statement sql->sql.
+ */
+static void
+outbox_run_utility(void *arg)
+{
+	OutboxPartitionSql *sql = arg;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (SPI_execute(sql->sql, false, 0) != SPI_OK_UTILITY)
+		elog(ERROR, "could not run \"%s\"", sql->sql);
+	SPI_finish();
+}
+
+/*
+ * outbox_run_select
+ *
+ * outbox_as_owner's work: run sql->sql, a query of one by-value column and
+ * one row, with sql->snapshot (or the transaction's), into sql->value and
+ * sql->isnull.  row_security is off, so that a policy the owner forced on
+ * the table raises 42501 rather than hiding the rows a drop must see.
+ */
+static void
+outbox_run_select(void *arg)
+{
+	OutboxPartitionSql *sql = arg;
+	SPIPlanPtr	plan;
+
+	(void) set_config_option("row_security", "off", PGC_USERSET,
+							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	plan = SPI_prepare(sql->sql, 0, NULL);
+	if (plan == NULL ||
+		SPI_execute_snapshot(plan, NULL, NULL, sql->snapshot, InvalidSnapshot,
+							 true, false, 1) != SPI_OK_SELECT ||
+		SPI_processed != 1)
+		elog(ERROR, "could not run \"%s\"", sql->sql);
+	sql->value = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+							   1, &sql->isnull);
+	SPI_finish();
 }
 
 /*
