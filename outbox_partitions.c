@@ -133,9 +133,11 @@ typedef struct OutboxMakeRequest
 
 /*
  * How long a producer waits for the maker before stopping it and making
- * the partitions itself (ms): the maker's lock waits, and a little more.
+ * the partitions itself (ms): the maker's lock waits and a little more,
+ * plus some time for each partition to make (a batch can want hundreds).
  */
 #define OUTBOX_MAKER_WAIT			(2 * OUTBOX_MAKER_LOCK_TIMEOUT + 1000)
+#define OUTBOX_MAKER_WAIT_EACH		500
 
 /*
  * How long after a maker that left partitions missing this backend starts
@@ -175,7 +177,7 @@ static int	outbox_partitions_wanted(OutboxTable *table, int64 rows,
 									 int64 **ks, int64 *need_k);
 static bool outbox_partitions_missing(OutboxTable *table, const int64 *ks,
 									  int nks);
-static bool outbox_make_in_worker(OutboxTable *table, int64 rows);
+static bool outbox_make_in_worker(OutboxTable *table, int64 rows, int nks);
 static bool outbox_maker_backing_off(Oid relid);
 static void outbox_maker_failed(Oid relid, bool failed);
 static bool outbox_maker_blocked(OutboxTable *table);
@@ -244,7 +246,7 @@ outbox_partitions_make(OutboxTable *table, int64 rows)
 			nneed++;
 		return nneed > 0 ? outbox_make_missing(table, ks, nneed, need_k, false) : 0;
 	}
-	if (!outbox_maker_blocked(table) && outbox_make_in_worker(table, rows))
+	if (!outbox_maker_blocked(table) && outbox_make_in_worker(table, rows, nks))
 	{
 		AcceptInvalidationMessages();	/* what it made, seen here now */
 		outbox_maker_failed(relid, outbox_partitions_missing(table, ks, nks));
@@ -327,12 +329,13 @@ outbox_partitions_missing(OutboxTable *table, const int64 *ks, int nks)
  * (outbox_partitions_worker_main), as the current user, and wait for it to
  * end.  False when none could be started.  The worker gives up on a lock
  * it does not get within OUTBOX_MAKER_LOCK_TIMEOUT; one still running
- * after OUTBOX_MAKER_WAIT is stopped (it rolls back): the caller, which
+ * after OUTBOX_MAKER_WAIT, and OUTBOX_MAKER_WAIT_EACH for each of the nks
+ * partitions wanted, is stopped (it rolls back): the caller, which
  * the deadlock detector does not see waiting here, then makes the
  * partitions itself.
  */
 static bool
-outbox_make_in_worker(OutboxTable *table, int64 rows)
+outbox_make_in_worker(OutboxTable *table, int64 rows, int nks)
 {
 	BackgroundWorker worker;
 	BackgroundWorkerHandle *handle;
@@ -358,7 +361,9 @@ outbox_make_in_worker(OutboxTable *table, int64 rows)
 	worker.bgw_notify_pid = MyProcPid;
 	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
 		return false;
-	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), OUTBOX_MAKER_WAIT);
+	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+										   OUTBOX_MAKER_WAIT +
+										   (int64) OUTBOX_MAKER_WAIT_EACH * nks);
 	for (;;)
 	{
 		long		remaining;
@@ -372,8 +377,9 @@ outbox_make_in_worker(OutboxTable *table, int64 rows)
 		if (remaining <= 0)
 		{
 			ereport(DEBUG1,
-					(errmsg_internal("delivery_outbox: partition maker for outbox %s stopped after %d ms",
-									 outbox_table_name(table), OUTBOX_MAKER_WAIT)));
+					(errmsg_internal("delivery_outbox: partition maker for outbox %s stopped, still running after %d ms",
+									 outbox_table_name(table),
+									 OUTBOX_MAKER_WAIT + OUTBOX_MAKER_WAIT_EACH * nks)));
 			TerminateBackgroundWorker(handle);
 			status = WaitForBackgroundWorkerShutdown(handle);
 			break;

@@ -523,6 +523,113 @@ RESET ROLE;
 SELECT * FROM regress_parts('part.owned');
 
 --
+-- A producer whose transaction holds a lock on the outbox and enqueues
+-- past the last partition: with ROW EXCLUSIVE (its own insert), a row lock
+-- or ACCESS SHARE, none of which the maker's SHARE UPDATE EXCLUSIVE
+-- conflicts with, the maker makes them (the producer holds no such lock
+-- afterwards); with SHARE, which it conflicts with, the producer makes
+-- them itself at once instead of waiting for a maker that waits for it.
+--
+SELECT outbox_create('part', 'lk', partition_rows => 2) IS NOT NULL AS made;
+CREATE FUNCTION regress_lk_past(n bigint) RETURNS TABLE (id bigint, holds_sue boolean, quick boolean)
+LANGUAGE plpgsql AS $f$
+DECLARE
+    t0 timestamptz := clock_timestamp();
+BEGIN
+    PERFORM setval(pg_get_serial_sequence('part.lk', 'id'), n);
+    id := outbox_enqueue('agent:l', 'work', '\x01', outbox => 'part.lk');
+    holds_sue := EXISTS (SELECT FROM pg_locks WHERE pid = pg_backend_pid()
+                           AND relation = 'part.lk'::regclass
+                           AND mode = 'ShareUpdateExclusiveLock');
+    quick := clock_timestamp() - t0 < interval '1.5 s';
+    RETURN NEXT;
+END
+$f$;
+BEGIN;
+INSERT INTO part.lk (recipient, kind, payload) VALUES ('agent:l', 'work', '\x00');
+SELECT * FROM regress_lk_past(10);
+COMMIT;
+BEGIN;
+SELECT count(*) FROM (SELECT FROM part.lk FOR UPDATE) l;
+SELECT * FROM regress_lk_past(20);
+COMMIT;
+BEGIN;
+SELECT count(*) FROM part.lk;
+SELECT * FROM regress_lk_past(30);
+COMMIT;
+BEGIN;
+LOCK TABLE part.lk IN SHARE MODE;
+SELECT * FROM regress_lk_past(40);
+COMMIT;
+SELECT part, bounds FROM regress_parts('part.lk');
+DROP TABLE part.lk;
+DROP FUNCTION regress_lk_past(bigint);
+
+--
+-- Whose rights attaching a partition runs with.  The owner's CHECK calls
+-- an IMMUTABLE function with a constant, which ATTACH PARTITION
+-- evaluates while it simplifies the new partition's constraints; the
+-- function records who ran it and tries to make its owner a superuser.
+-- Attaching copies the extension's row triggers, checking EXECUTE on
+-- their functions: with that granted to the owner, the maker attaches as
+-- the owner; without it, attaching as the calling user is refused (42501)
+-- once the outbox's expressions call a function that is not built in.
+--
+GRANT USAGE ON SCHEMA part TO regress_part_owner;
+SET ROLE regress_part_owner;
+SELECT outbox_create('part', 'spy', partition_rows => 2) IS NOT NULL AS made;
+CREATE TABLE part.spied (what text, who name, pid int);
+CREATE FUNCTION part.regress_spy(what text) RETURNS boolean
+LANGUAGE plpgsql AS $f$
+BEGIN
+    BEGIN
+        EXECUTE format('ALTER ROLE %I SUPERUSER', session_user);
+    EXCEPTION WHEN insufficient_privilege THEN
+        NULL;
+    END;
+    INSERT INTO part.spied VALUES (what, current_user, pg_catalog.pg_backend_pid());
+    RETURN true;
+END
+$f$;
+CREATE FUNCTION part.regress_ok(x int) RETURNS boolean
+IMMUTABLE LANGUAGE plpgsql AS $f$
+BEGIN
+    RETURN part.regress_spy('check');
+END
+$f$;
+ALTER TABLE part.spy ADD CONSTRAINT spy_ok CHECK (part.regress_ok(0));
+RESET ROLE;
+TRUNCATE part.spied;
+GRANT EXECUTE ON FUNCTION outbox_state_guard(), outbox_inserted() TO regress_part_owner;
+-- ids 1 and 2 in p0; the enqueue of 2 makes p2 ahead, through the maker
+-- (another process), whose ATTACH runs the CHECK's function as the owner;
+-- so does each insert here
+SELECT outbox_enqueue('agent:s', 'work', '\x01', outbox => 'part.spy') AS id
+  FROM generate_series(1, 2);
+SELECT part, bounds, owner FROM regress_parts('part.spy');
+SELECT DISTINCT what, who, pid = pg_backend_pid() AS in_this_session
+  FROM part.spied ORDER BY 1, 2, 3;
+SELECT rolsuper FROM pg_roles WHERE rolname = 'regress_part_owner';
+REVOKE EXECUTE ON FUNCTION outbox_state_guard(), outbox_inserted() FROM regress_part_owner;
+TRUNCATE part.spied;
+-- ids 3 to 6: from id 5 on the partition ahead (7-8) cannot be made: a
+-- warning, once; after the failed maker, the next enqueues of this session
+-- start none and try nothing ahead for a while
+SELECT outbox_enqueue('agent:s', 'work', '\x01', outbox => 'part.spy') AS id
+  FROM generate_series(1, 4);
+-- ids the existing partitions do not hold: the enqueue's error
+SELECT setval(pg_get_serial_sequence('part.spy', 'id'), 20) AS moved;
+\set VERBOSITY sqlstate
+SELECT outbox_enqueue('agent:s', 'work', '\x01', outbox => 'part.spy') AS id;
+\set VERBOSITY default
+SELECT outbox_enqueue('agent:s', 'work', '\x01', outbox => 'part.spy') AS id;
+SELECT part, bounds FROM regress_parts('part.spy');
+SELECT count(*) AS spied_as_others FROM part.spied WHERE who <> 'regress_part_owner';
+SELECT rolsuper FROM pg_roles WHERE rolname = 'regress_part_owner';
+DROP TABLE part.spy, part.spied;
+DROP FUNCTION part.regress_ok(int), part.regress_spy(text);
+
+--
 -- A partitioned table is not attached, a partition is no outbox, and a
 -- long table name is shortened in its partitions' names.
 --
