@@ -429,5 +429,174 @@ is( $node->safe_psql(
 	'4:pending,5:acked,6:acked,8:pending,9:pending,10:delivered,11:acked,12:acked,13:acked',
 	'restored: the rows after that work');
 
+###########################################################################
+# Part 5: whose rights the partition upkeep runs with
+###########################################################################
+
+# A partitioned outbox of a non-superuser whose CHECK calls an IMMUTABLE
+# function of the owner with a constant (ATTACH PARTITION evaluates it
+# while simplifying the new partition's constraints), with a BEFORE INSERT
+# trigger and an expression index calling its functions too; each records
+# current_user and its pid, and tries to make the owner a superuser.  The
+# owner may execute the extension's row trigger functions, which attaching
+# copies (without that, attaching as the owner is refused: partitions.sql).
+# The test session never queries the outbox with a WHERE clause: the
+# planner would simplify the partitions' CHECKs for constraint exclusion,
+# running the function as the superuser querying.
+$node->safe_psql(
+	'postgres', q{
+CREATE ROLE regress_towner;
+CREATE SCHEMA tw AUTHORIZATION regress_towner;
+GRANT EXECUTE ON FUNCTION outbox_create(name, name, text, bigint),
+                          outbox_configure(regclass, text, integer, interval, interval, interval, boolean, interval),
+                          outbox_state_guard(), outbox_inserted()
+   TO regress_towner;
+SET ROLE regress_towner;
+SELECT outbox_create('tw', 'q', partition_rows => 3);
+CREATE TABLE tw.spied (what text, who name, pid int);
+CREATE FUNCTION tw.spy(what text) RETURNS boolean
+LANGUAGE plpgsql AS $f$
+BEGIN
+    BEGIN
+        EXECUTE format('ALTER ROLE %I SUPERUSER', 'regress_towner');
+    EXCEPTION WHEN insufficient_privilege THEN
+        NULL;
+    END;
+    INSERT INTO tw.spied VALUES (what, current_user, pg_catalog.pg_backend_pid());
+    RETURN true;
+END
+$f$;
+CREATE FUNCTION tw.ok(x int) RETURNS boolean
+IMMUTABLE LANGUAGE plpgsql AS $f$ BEGIN RETURN tw.spy('check'); END $f$;
+CREATE FUNCTION tw.idx(x bigint) RETURNS bigint
+IMMUTABLE LANGUAGE plpgsql AS $f$ BEGIN PERFORM tw.spy('index'); RETURN x; END $f$;
+CREATE FUNCTION tw.trg() RETURNS trigger
+LANGUAGE plpgsql AS $f$ BEGIN PERFORM tw.spy('trigger'); RETURN NEW; END $f$;
+ALTER TABLE tw.q ADD CONSTRAINT q_ok CHECK (tw.ok(0));
+CREATE INDEX q_spy_idx ON tw.q ((tw.idx(id)));
+CREATE TRIGGER q_spy BEFORE INSERT ON tw.q FOR EACH ROW EXECUTE FUNCTION tw.trg();
+SELECT outbox_configure('tw.q', retain_acked => '0 seconds');
+RESET ROLE;
+TRUNCATE tw.spied;
+});
+my $sweeper = worker_pid($node);
+
+# the worker's upkeep: the sequence moved by setval (which runs nothing of
+# the table), the worker makes the partitions of ids 31-36
+$node->safe_psql('postgres', "SELECT setval(pg_get_serial_sequence('tw.q', 'id'), 30)");
+$node->poll_query_until(
+	'postgres', q{
+SELECT count(*) = 2 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+ WHERE i.inhparent = 'tw.q'::regclass AND c.relname IN ('q_p10', 'q_p11')})
+  or die 'the worker did not make q_p10 and q_p11';
+is( $node->safe_psql(
+		'postgres',
+		"SELECT string_agg(DISTINCT who || ':' || what, ',') FROM tw.spied WHERE pid = $sweeper"),
+	'regress_towner:check',
+	"the worker's ATTACH ran the owner's CHECK function as the owner");
+
+# the maker: an enqueue whose id has no partition yet
+$node->safe_psql('postgres', "SELECT setval(pg_get_serial_sequence('tw.q', 'id'), 60)");
+my $client_pid = $node->safe_psql(
+	'postgres', q{
+SELECT outbox_enqueue('agent:t', 'work', '\x01', outbox => 'tw.q');
+SELECT pg_backend_pid()});
+like(parts('postgres', 'tw.q'), qr/q_p20,q_p21/,
+	'the enqueue got the partitions of ids 61-66 made');
+is( $node->safe_psql(
+		'postgres',
+		"SELECT string_agg(DISTINCT who || ':' || what, ',' ORDER BY who || ':' || what) FROM tw.spied"),
+	'regress_towner:check,regress_towner:index,regress_towner:trigger',
+	'every function of the owner ran as the owner, never as a superuser');
+
+# the retention drop: everything acked, the worker drops the partitions
+# whose ids are all drawn (up to 60, all but q_p20 and q_p21)
+$node->safe_psql(
+	'postgres', q{
+SELECT outbox_ack(array_agg(id), outbox => 'tw.q') FROM outbox_claim(10, outbox => 'tw.q')});
+$node->poll_query_until('postgres', q{
+SELECT string_agg(c.relname, ',' ORDER BY c.relname) = 'q_p20,q_p21'
+  FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+ WHERE i.inhparent = 'tw.q'::regclass})
+  or die 'the worker did not drop the drawn partitions';
+pass('the worker dropped the partitions of the drawn ids as their owner');
+is( $node->safe_psql(
+		'postgres', "SELECT count(*) FROM tw.spied WHERE who <> 'regress_towner'"),
+	'0', 'nothing of the owner ran as another role');
+is( $node->safe_psql(
+		'postgres', "SELECT rolsuper FROM pg_roles WHERE rolname = 'regress_towner'"),
+	'f', 'the owner did not become a superuser');
+
+###########################################################################
+# Part 6: a maker stopped by SIGTERM; a burst after a failing maker
+###########################################################################
+
+$node->safe_psql(
+	'postgres', q{
+CREATE SCHEMA km;
+SELECT outbox_create('km', 'q', partition_rows => 1000);
+SELECT setval(pg_get_serial_sequence('km.q', 'id'), 5000);
+});
+my $log_offset = -s $node->logfile;
+my $holder = $node->background_psql('postgres');
+$holder->query_safe('BEGIN; LOCK TABLE km.q IN SHARE UPDATE EXCLUSIVE MODE;');
+my $producer = $node->background_psql('postgres');
+$producer->query_until(qr/started/, q{
+\echo started
+SELECT outbox_enqueue('agent:k', 'work', '\x01', outbox => 'km.q') AS id;
+});
+# the maker waits for the holder's lock (2 s at most): terminate it there
+ok( $node->poll_query_until(
+		'postgres', q{
+SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+ WHERE backend_type = 'delivery_outbox partition maker' AND wait_event_type = 'Lock'}),
+	'the partition maker, waiting for a lock, is terminated')
+  or diag($node->safe_psql('postgres',
+	'SELECT pid, backend_type, wait_event_type, wait_event, left(query, 60) FROM pg_stat_activity'));
+$holder->query_safe('COMMIT');
+$producer->query_safe('SELECT 1 AS after');
+is( $node->safe_psql(
+		'postgres', "SELECT string_agg(id::text, ',') FROM km.q"),
+	'5001', 'the producer made the partition itself, its row went in');
+$producer->quit;
+$holder->quit;
+ok( $node->log_contains(
+		qr/terminating background worker "delivery_outbox partition maker" due to administrator command/,
+		$log_offset),
+	'the maker exited on SIGTERM');
+ok(!$node->log_contains(qr/PANIC|server process .* was terminated by signal/, $log_offset),
+	'no PANIC, no crash');
+is($node->safe_psql('postgres', 'SELECT 1'), '1', 'the server keeps running');
+
+# A lasting failure: an event trigger refuses every CREATE TABLE.  The
+# first enqueue that misses the partition ahead starts a maker, which
+# fails; the next ones of the session start none for a while.
+$node->safe_psql(
+	'postgres', q{
+CREATE FUNCTION regress_no_tables() RETURNS event_trigger LANGUAGE plpgsql AS
+$f$ BEGIN RAISE EXCEPTION 'no new tables'; END $f$;
+CREATE EVENT TRIGGER regress_no_tables ON ddl_command_start WHEN TAG IN ('CREATE TABLE')
+  EXECUTE FUNCTION regress_no_tables();
+SELECT setval(pg_get_serial_sequence('km.q', 'id'), 6100);
+});
+$log_offset = -s $node->logfile;
+my $burst = $node->safe_psql(
+	'postgres', q{
+SELECT count(*) FROM generate_series(1, 20) i,
+       LATERAL outbox_enqueue('agent:b', 'work', '\x01', outbox => 'km.q') e},
+	on_error_die => 1);
+is($burst, '20', 'a burst of 20 enqueues, their partition there, the one ahead not');
+# each maker and the session warn once per failure (the sweeper too, at
+# each sweep: its lines are left out); clients' lines carry the
+# application_name, the makers' do not
+my $log = slurp_file($node->logfile, $log_offset);
+my $sweeper_now = worker_pid($node);
+my @makers = grep { $_ ne $sweeper_now }
+  $log =~ /\[(\d+)\] WARNING:  could not make partition \d+ of outbox km\.q: no new tables/g;
+is(scalar(@makers), 1, 'one failing maker for the burst, not one per enqueue');
+my @session = $log =~ /\[\d+\] 020_partitions\.pl WARNING:  could not make partition \d+ of outbox km\.q/g;
+is(scalar(@session), 1, '... and the session tried the partition ahead once');
+$node->safe_psql('postgres', 'DROP EVENT TRIGGER regress_no_tables');
+
 $node->stop;
 done_testing();
