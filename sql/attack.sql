@@ -121,7 +121,7 @@ CREATE TABLE regress_attack.log (
     superuser   boolean,
     alter_role  text NOT NULL,
     vault       text NOT NULL,
-    backend     text
+    pid         integer
 );
 GRANT USAGE ON SCHEMA regress_attack TO PUBLIC;
 GRANT INSERT ON regress_attack.log TO PUBLIC;
@@ -150,14 +150,12 @@ BEGIN
         vault := coalesce(vault, SQLSTATE);
     END;
     INSERT INTO regress_attack.log (probe, step, ran_as, superuser,
-                                    alter_role, vault, backend)
+                                    alter_role, vault, pid)
     VALUES (probe, pg_catalog.current_setting('regress_attack.step', true),
             current_user,
             (SELECT r.rolsuper FROM pg_catalog.pg_roles r
               WHERE r.rolname OPERATOR(pg_catalog.=) current_user),
-            alter_role, vault,
-            (SELECT a.backend_type FROM pg_catalog.pg_stat_activity a
-              WHERE a.pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid()));
+            alter_role, vault, pg_catalog.pg_backend_pid());
     RETURN true;
 END
 $f$;
