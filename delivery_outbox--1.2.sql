@@ -395,6 +395,7 @@ BEGIN
     EXECUTE format('ALTER TABLE %s OWNER TO %s',
                    (SELECT r.dead FROM @extschema@.delivery_outbox_registry r
                      WHERE r.outbox = t), caller);
+    PERFORM @extschema@.outbox_grant_triggers(t);
     IF partition_rows IS NOT NULL THEN
         UPDATE @extschema@.delivery_outbox_registry r
            SET partition_rows = outbox_create.partition_rows WHERE r.outbox = t;
@@ -459,6 +460,30 @@ END
 $$;
 
 REVOKE ALL ON FUNCTION outbox_set_triggers(regclass, text) FROM PUBLIC;
+
+--
+-- outbox_grant_triggers(tbl): EXECUTE on the extension's trigger functions
+-- for the owner of outbox tbl, so that what ATTACH PARTITION and the like
+-- run on its tables can run as that owner (outbox_owner.c): PostgreSQL
+-- copies a partitioned table's row triggers to a new partition as the role
+-- attaching it, which must be allowed to execute their functions.  The
+-- owner may then put these triggers on other tables of its own, where they
+-- do what they do on an outbox (or fail, on a table of another shape);
+-- it gains nothing else.  Not for direct use.
+--
+CREATE FUNCTION outbox_grant_triggers(tbl regclass)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    EXECUTE format('GRANT EXECUTE ON FUNCTION @extschema@.outbox_state_guard(),'
+                   ' @extschema@.outbox_inserted(), @extschema@.outbox_insert_statement()'
+                   ' TO %s', (SELECT relowner::regrole FROM pg_class WHERE oid = tbl));
+END
+$$;
+
+REVOKE ALL ON FUNCTION outbox_grant_triggers(regclass) FROM PUBLIC;
 
 --
 -- outbox_make_dead(tbl): the dead-letter table of outbox tbl: <table>_dead
@@ -929,6 +954,7 @@ BEGIN
         EXECUTE format('ALTER TABLE %s ALTER COLUMN delivery_attempts SET DEFAULT 0', tbl);
     END IF;
 
+    PERFORM @extschema@.outbox_grant_triggers(tbl);
     RETURN tbl;
 END
 $$;
@@ -1339,6 +1365,7 @@ BEGIN
     PERFORM @extschema@.outbox_set_triggers(t, reg.channel);
     PERFORM @extschema@.outbox_invalidate(tbl);
     PERFORM @extschema@.outbox_invalidate(t);
+    PERFORM @extschema@.outbox_grant_triggers(t);
     PERFORM @extschema@.outbox_partitions_ahead(t);
     RETURN t;
 END
