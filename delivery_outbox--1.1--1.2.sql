@@ -184,6 +184,9 @@ $$;
 CREATE EVENT TRIGGER delivery_outbox_table_dropped ON sql_drop
     WHEN TAG IN ('DROP TABLE', 'DROP SCHEMA', 'DROP OWNED')
     EXECUTE FUNCTION outbox_table_dropped();
+-- also under session_replication_role = replica (a replication apply, a
+-- restore): a dropped outbox leaves no registry row behind
+ALTER EVENT TRIGGER delivery_outbox_table_dropped ENABLE ALWAYS;
 
 REVOKE ALL ON FUNCTION outbox_table_dropped() FROM PUBLIC;
 
@@ -256,6 +259,16 @@ BEGIN
     IF schema_name IS NULL OR table_name IS NULL THEN
         RAISE EXCEPTION 'schema_name and table_name must not be null'
             USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF schema_name = '' OR table_name = '' THEN
+        RAISE EXCEPTION '% must not be empty',
+            CASE WHEN schema_name = '' THEN 'schema_name' ELSE 'table_name' END
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF schema_name = 'pg_temp' OR schema_name LIKE 'pg\_temp\_%' OR schema_name LIKE 'pg\_toast\_temp\_%' THEN
+        RAISE EXCEPTION 'an outbox cannot be a temporary table'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'Its registry row would outlive the session that owns the table.';
     END IF;
     IF channel IS NOT NULL AND (channel = '' OR octet_length(channel) >= 64) THEN
         RAISE EXCEPTION 'channel must be a non-empty name shorter than 64 bytes'
@@ -742,6 +755,11 @@ BEGIN
                    WHERE r.outbox = tbl AND r.origin <> 'default') THEN
         RAISE EXCEPTION 'table % is already an outbox', tbl
             USING ERRCODE = 'duplicate_object';
+    END IF;
+    IF (SELECT relpersistence FROM pg_class WHERE oid = tbl) = 't' THEN
+        RAISE EXCEPTION 'an outbox cannot be a temporary table'
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = format('%s is a temporary table, whose registry row would outlive the session that owns it.', tbl);
     END IF;
     IF (SELECT relkind FROM pg_class WHERE oid = tbl) <> 'r'
        OR (SELECT relispartition FROM pg_class WHERE oid = tbl) THEN
