@@ -51,6 +51,12 @@ OUTBOX_BASE_PACKAGES=(postgresql-15 postgresql-server-dev-15 build-essential
 OUTBOX_EXAMPLE_PACKAGES=(python3-psycopg python3-yaml libpq-dev nodejs
                          cargo librust-tokio-postgres-dev librust-tokio-dev
                          librust-futures-util-dev prometheus-postgres-exporter curl)
+# What scripts/pg_regress_suite.sh needs to unpack PostgreSQL's source
+# (dpkg-source) and configure it as the server is (ICU through pkg-config,
+# libxml2, OpenSSL, zlib).
+# shellcheck disable=SC2034  # used by scripts/test.sh, pg_regress_suite.sh
+OUTBOX_PG_REGRESS_PACKAGES=(dpkg-dev pkgconf libicu-dev libxml2-dev libssl-dev
+                            zlib1g-dev)
 # "command=package": the package is installed only when the command is
 # missing.  NodeSource's nodejs ships npm and conflicts with Debian's npm.
 # "optional:command=package": the same, but a failure to install it is only a

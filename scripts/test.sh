@@ -14,6 +14,12 @@
 #   isolation (preloaded)        the same, the cluster restarted with
 #                                shared_preload_libraries = delivery_outbox
 #   TAP         t/*.pl           make installcheck REGRESS= ISOLATION=
+#   pg_regress  scripts/pg_regress_suite.sh: PostgreSQL's own regression
+#               suite (parallel_schedule), plain and with the library
+#               preloaded, on scratch clusters of its own; every test must
+#               give the same result in both (about 1.5 min, 2.5 min when it
+#               fetches and builds the source; OUTBOX_PG_REGRESS_TEST=0
+#               skips it)
 #   examples    examples/test_examples.sh: the Python, Node.js and C relays
 #               and producers against the cluster (own databases), and the
 #               postgres_exporter queries
@@ -21,10 +27,10 @@
 #               tarball, dpkg-buildpackage, CREATE EXTENSION from the .deb on
 #               a clean installation (about 20-40 s; OUTBOX_PACKAGE_TEST=0
 #               skips it)
-# Every regress test, every isolation spec, every TAP assertion and every
-# examples or package step counts as one test; the counts come from the
-# runners' own summaries (PostgreSQL 15's pg_regress and prove), checked
-# against their exit status.  On failure it prints regression.diffs and the
+# Every regress test, every isolation spec, every TAP assertion, every test
+# of PostgreSQL's schedule and every examples or package step counts as one
+# test; the counts come from the runners' own summaries (PostgreSQL 15's
+# pg_regress and prove), checked against their exit status.  On failure it prints regression.diffs and the
 # TAP logs.  The last line is always "N passed, N failed"; the exit status is
 # non-zero when a test failed or when no test ran.
 #
@@ -285,6 +291,32 @@ if have 't/*.pl'; then
     record TAP "$p" "$f" "$s"
 else
     log "suite: TAP: no t/*.pl, skipped"
+fi
+
+# --- PostgreSQL's regression suite -----------------------------------------
+# PostgreSQL's own src/test/regress (parallel_schedule, from Debian's source
+# package of the installed server, fetched and built once into
+# /var/cache/delivery_outbox) on two scratch clusters of its own: plain, and
+# with the library preloaded and its worker on the regression database.
+# Each test must give the same result in both runs; one failing in both is
+# listed in the output.  As the caller (root or sudo: apt-get source, the
+# cache); it skips only when no source package can be fetched
+# (OUTBOX_PG_REGRESS_TEST=0 skips it anyway).
+if [ "${OUTBOX_PG_REGRESS_TEST:-1}" = 0 ]; then
+    log "suite: pg_regress: skipped (OUTBOX_PG_REGRESS_TEST=0)"
+elif [ -f "$OUTBOX_TOP/scripts/pg_regress_suite.sh" ]; then
+    log "suite: pg_regress (PostgreSQL's parallel_schedule, plain and preloaded)"
+    env PG_CONFIG="$PG_CONFIG" OUTBOX_USER="$OUTBOX_RUN_USER" \
+        PG_REGRESS_WORK="$OUTBOX_WORK/pg_regress" \
+        bash "$OUTBOX_TOP/scripts/pg_regress_suite.sh" 2>&1 |
+        tee "$OUTBOX_WORK/pg_regress.out"
+    SUITE_RC=${PIPESTATUS[0]}
+    read -r p f s < <(count_tap "$OUTBOX_WORK/pg_regress.out")
+    if [ "$SUITE_RC" -ne 0 ] && [ "$f" -eq 0 ]; then
+        warn "pg_regress: exited $SUITE_RC without a failed assertion; counting one failure"
+        f=1
+    fi
+    record 'pg_regress (plain=preloaded)' "$p" "$f" "$s"
 fi
 
 # --- examples --------------------------------------------------------------
