@@ -297,6 +297,11 @@ else
             rc=$?
             if [ "$rc" = 0 ]; then
                 source_version=$v
+                # the installed version's own: older ones are of no more use
+                if [ "$v" = "$server_version" ]; then
+                    find "$PG_REGRESS_CACHE" -mindepth 1 -maxdepth 1 -type d \
+                        -name "$srcpkg-*" ! -name "$srcpkg-$v" -exec rm -rf {} +
+                fi
                 break
             elif [ "$rc" = 1 ]; then
                 fail_setup "build src/test/regress of $srcpkg $v (logs in $PG_REGRESS_CACHE/$srcpkg-$v.partial)"
