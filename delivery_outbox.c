@@ -57,7 +57,7 @@
 #include "outbox_worker.h"
 #include "outbox_xact.h"
 
-PG_MODULE_MAGIC;
+OUTBOX_MODULE_MAGIC;
 
 void		_PG_init(void);
 

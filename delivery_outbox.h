@@ -16,13 +16,8 @@
 #ifndef DELIVERY_OUTBOX_H
 #define DELIVERY_OUTBOX_H
 
-/*
- * Built and tested on PostgreSQL 15 only: the direct insert and the commit
- * bookkeeping use server internals that change between majors.
- */
-#if PG_VERSION_NUM < 150000 || PG_VERSION_NUM >= 160000
-#error "delivery_outbox is built and tested on PostgreSQL 15 only"
-#endif
+/* every difference between PostgreSQL majors is in outbox_compat.h */
+#include "outbox_compat.h"
 
 #define OUTBOX_EXTENSION_NAME	"delivery_outbox"
 #define OUTBOX_GUC_PREFIX		"delivery_outbox"

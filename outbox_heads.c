@@ -338,7 +338,7 @@ outbox_order_locked_run(Relation rel, const OutboxColumns *cols,
 	ScanKeyInit(&keys[2], 2, BTLessEqualStrategyNumber, F_INT8LE,
 				Int64GetDatum(run[n - 1]));
 
-	iscan = index_beginscan(rel, scan.open_index, &scan.dirty, 3, 0);
+	iscan = outbox_index_beginscan(rel, scan.open_index, &scan.dirty, 3, 0);
 	index_rescan(iscan, keys, 3, NULL, 0);
 	while (ok < n && outbox_next_entry(&scan, iscan, scan.slot, true, &entry))
 	{
@@ -397,7 +397,7 @@ outbox_order_wake_next(Relation rel, const OutboxColumns *cols,
 	outbox_recipient_key(&keys[0], index, BTEqualStrategyNumber, recipient);
 	ScanKeyInit(&keys[1], 2, BTGreaterStrategyNumber, F_INT8GT,
 				Int64GetDatum(id));
-	iscan = index_beginscan(rel, index, GetActiveSnapshot(), 2, 0);
+	iscan = outbox_index_beginscan(rel, index, GetActiveSnapshot(), 2, 0);
 	index_rescan(iscan, keys, 2, NULL, 0);
 	while (index_getnext_slot(iscan, ForwardScanDirection, slot))
 	{
@@ -488,7 +488,7 @@ outbox_scan_recipient(OutboxScan *scan, text *recipient)
 	{
 		outbox_recipient_key(&keys[0], scan->delivered_index, BTEqualStrategyNumber,
 							 recipient);
-		iscan = index_beginscan(scan->rel, scan->delivered_index, &scan->dirty,
+		iscan = outbox_index_beginscan(scan->rel, scan->delivered_index, &scan->dirty,
 								nkeys, 0);
 		index_rescan(iscan, keys, nkeys, NULL, 0);
 		while (index_getnext_slot(iscan, ForwardScanDirection, scan->slot))
@@ -535,7 +535,7 @@ outbox_scan_recipient(OutboxScan *scan, text *recipient)
 	 */
 	outbox_recipient_key(&keys[0], scan->open_index, BTEqualStrategyNumber,
 						 recipient);
-	iscan = index_beginscan(scan->rel, scan->open_index, &scan->dirty, nkeys, 0);
+	iscan = outbox_index_beginscan(scan->rel, scan->open_index, &scan->dirty, nkeys, 0);
 	index_rescan(iscan, keys, nkeys, NULL, 0);
 	while (heads->n < scan->max_rows &&
 		   outbox_next_entry(scan, iscan, scan->slot, true, &entry))
@@ -615,7 +615,7 @@ outbox_first_open(OutboxScan *scan, text *recipient, int64 from)
 						 recipient);
 	ScanKeyInit(&keys[1], 2, BTGreaterEqualStrategyNumber, F_INT8GE,
 				Int64GetDatum(from));
-	iscan = index_beginscan(scan->rel, scan->open_index, scan->snapshot, 2, 0);
+	iscan = outbox_index_beginscan(scan->rel, scan->open_index, scan->snapshot, 2, 0);
 	index_rescan(iscan, keys, 2, NULL, 0);
 	if (index_getnext_slot(iscan, ForwardScanDirection, scan->slot))
 	{
@@ -779,7 +779,7 @@ outbox_next_recipient(OutboxScan *scan, text *after)
 	 * the table (the entry may be a dead row's, whose recipient's scan then
 	 * finds nothing; an open transaction anywhere keeps many such entries).
 	 */
-	iscan = index_beginscan(scan->rel, scan->open_index, &scan->dirty,
+	iscan = outbox_index_beginscan(scan->rel, scan->open_index, &scan->dirty,
 							after != NULL ? 1 : 0, 0);
 	iscan->xs_want_itup = true;
 	if (after != NULL)
@@ -878,7 +878,7 @@ outbox_list_in_flight(OutboxScan *scan, Oid indexoid)
 
 	scan->in_flight = palloc(sizeof(OutboxInFlight) * space);
 	scan->nin_flight = 0;
-	iscan = index_beginscan(scan->rel, index, &scan->dirty, 0, 0);
+	iscan = outbox_index_beginscan(scan->rel, index, &scan->dirty, 0, 0);
 	index_rescan(iscan, NULL, 0, NULL, 0);
 	while (index_getnext_slot(iscan, ForwardScanDirection, scan->slot))
 	{

@@ -98,7 +98,7 @@ typedef struct OutboxInsertCache
 	MemoryContext cxt;			/* holds everything below; NULL if never built */
 	Oid			relid;			/* the table it was built for */
 	Oid			userid;			/* the user it was planned as */
-	OverrideSearchPath *search_path;	/* search_path it was planned under */
+	OutboxSearchPath *search_path;	/* search_path it was planned under */
 	uint64		generation;		/* outbox_insert_generation when built */
 	bool		direct;			/* false: the table needs a real INSERT */
 	int			in_use;			/* inserts running on its trees */
@@ -219,9 +219,9 @@ outbox_insert_row(OutboxTable *table, Datum *values, const char *nulls,
 		 */
 		if (cache->ncheck > 0)
 		{
-			rri->ri_ConstraintExprs = palloc(sizeof(ExprState *) * cache->ncheck);
+			OUTBOX_RRI_CHECK_EXPRS(rri) = palloc(sizeof(ExprState *) * cache->ncheck);
 			for (i = 0; i < cache->ncheck; i++)
-				rri->ri_ConstraintExprs[i] = ExecInitExpr(cache->checks[i], NULL);
+				OUTBOX_RRI_CHECK_EXPRS(rri)[i] = ExecInitExpr(cache->checks[i], NULL);
 		}
 
 		/*
@@ -315,8 +315,8 @@ outbox_insert_row(OutboxTable *table, Datum *values, const char *nulls,
 			{
 				simple_table_tuple_insert(rel, slot);
 				if (rri->ri_NumIndices > 0)
-					recheck = ExecInsertIndexTuples(rri, slot, estate, false,
-													false, NULL, NIL);
+					recheck = outbox_insert_index_tuples(rri, slot, estate,
+														 false, NULL, NIL);
 			}
 			else
 			{
@@ -334,8 +334,8 @@ outbox_insert_row(OutboxTable *table, Datum *values, const char *nulls,
 					uint32		token;
 
 					CHECK_FOR_INTERRUPTS();
-					if (!ExecCheckIndexConstraints(rri, slot, estate,
-												   &conflict_tid, arbiters))
+					if (!outbox_check_index_constraints(rri, slot, estate,
+														&conflict_tid, arbiters))
 					{
 						outbox_check_conflict_visible(estate, rel, &conflict_tid);
 						*conflict = true;
@@ -345,9 +345,9 @@ outbox_insert_row(OutboxTable *table, Datum *values, const char *nulls,
 					table_tuple_insert_speculative(rel, slot,
 												   estate->es_output_cid,
 												   0, NULL, token);
-					recheck = ExecInsertIndexTuples(rri, slot, estate, false,
-													true, &spec_conflict,
-													arbiters);
+					recheck = outbox_insert_index_tuples(rri, slot, estate,
+														 true, &spec_conflict,
+														 arbiters);
 					table_tuple_complete_speculative(rel, slot, token,
 													 !spec_conflict);
 					SpeculativeInsertionLockRelease(GetCurrentTransactionId());
@@ -502,7 +502,7 @@ outbox_insert_prepare(Relation rel)
 	if (cache->generation == outbox_insert_generation &&
 		cache->relid == RelationGetRelid(rel) &&
 		cache->userid == GetUserId() &&
-		OverrideSearchPathMatchesCurrent(cache->search_path))
+		outbox_search_path_matches(cache->search_path))
 		return cache->direct ? cache : NULL;
 	if (cache->in_use > 0)
 		return NULL;
@@ -601,7 +601,7 @@ outbox_insert_prepare(Relation rel)
 		return NULL;			/* changed under us: rebuild next time */
 	cache->relid = RelationGetRelid(rel);
 	cache->userid = GetUserId();
-	cache->search_path = GetOverrideSearchPath(cache->cxt);
+	cache->search_path = outbox_get_search_path(cache->cxt);
 	cache->generation = generation;
 	return cache->direct ? cache : NULL;
 }

@@ -13,11 +13,12 @@
 #ifndef OUTBOX_INSERT_H
 #define OUTBOX_INSERT_H
 
+#include "outbox_compat.h"
 #include "outbox_table.h"
 
 extern bool outbox_insert_row(OutboxTable *table, Datum *values,
 							  const char *nulls, int64 *id, bool *conflict);
-extern void outbox_no_row_inserted(void) pg_attribute_noreturn();
+pg_noreturn extern void outbox_no_row_inserted(void);
 
 /* registered by _PG_init */
 extern void outbox_insert_relcache_callback(Datum arg, Oid relid);

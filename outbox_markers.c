@@ -66,13 +66,13 @@
 #include "postgres.h"
 
 #include "miscadmin.h"
-#include "storage/backendid.h"
 #include "storage/procarray.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
+#include "outbox_compat.h"
 #include "outbox_marker_locks.h"
 #include "outbox_markers.h"
 #include "outbox_shmem.h"
@@ -633,10 +633,11 @@ outbox_markers_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 static OutboxMarkerSlot *
 outbox_my_slot(void)
 {
-	if (outbox_markers == NULL || MyBackendId < 1 ||
-		MyBackendId > outbox_markers->nslots || !OidIsValid(MyDatabaseId))
+	if (outbox_markers == NULL || OUTBOX_MY_BACKEND_INDEX < 0 ||
+		OUTBOX_MY_BACKEND_INDEX >= outbox_markers->nslots ||
+		!OidIsValid(MyDatabaseId))
 		return NULL;
-	return &outbox_markers->slots[MyBackendId - 1];
+	return &outbox_markers->slots[OUTBOX_MY_BACKEND_INDEX];
 }
 
 /*

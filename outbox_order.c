@@ -260,7 +260,7 @@ outbox_order_info(Relation rel)
 
 	info->valid = false;
 	id_attnum = outbox_columns(rel, "outbox_insert_statement")->id;
-	info->seqrelid = getIdentitySequence(relid, id_attnum, true);
+	info->seqrelid = outbox_identity_sequence(rel, id_attnum);
 	if (!OidIsValid(info->seqrelid))
 	{
 		/* a serial column: its sequence is owned by it */

@@ -336,7 +336,7 @@ outbox_table_list(void)
 	if (reg == NULL)
 		return result;
 	origin = get_attnum(RelationGetRelid(reg), "origin");
-	scan = systable_beginscan(reg, RelationGetPrimaryKeyIndex(reg), true,
+	scan = systable_beginscan(reg, outbox_primary_key_index(reg), true,
 							  NULL, 0, NULL);
 	while (HeapTupleIsValid(tup = systable_getnext(scan)))
 	{
@@ -698,7 +698,7 @@ outbox_registry_row(Oid relid, char **channel, OutboxPolicy *policy,
 		return false;
 	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_OIDEQ,
 				ObjectIdGetDatum(relid));
-	scan = systable_beginscan(reg, RelationGetPrimaryKeyIndex(reg), true,
+	scan = systable_beginscan(reg, outbox_primary_key_index(reg), true,
 							  NULL, 1, &key);
 	tup = systable_getnext(scan);
 	if (HeapTupleIsValid(tup))

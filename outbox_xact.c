@@ -248,7 +248,7 @@ outbox_notify(int64 id, Oid relid, const char *channel)
 	static double usage = 0.0;
 	static bool skip_logged = false;	/* until the queue drains again */
 	char		payload[32];
-	LocalTransactionId lxid = MyProc->lxid;
+	LocalTransactionId lxid = OUTBOX_PROC_LXID(MyProc);
 
 	/*
 	 * The queue fills slowly and only at commits: read its usage once per
