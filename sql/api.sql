@@ -23,6 +23,7 @@ SELECT attname, format_type(atttypid, atttypmod) AS type, attnotnull,
  ORDER BY a.attnum;
 SELECT contype, pg_get_constraintdef(oid) AS definition
   FROM pg_constraint WHERE conrelid = 'delivery_outbox'::regclass
+   AND contype <> 'n'  -- NOT NULL, catalogued here from PostgreSQL 18 on
  ORDER BY contype, 2;
 -- indexes for: pending rows in id order, a recipient's rows in id order,
 -- delivered rows by delivered_at (their exact predicates are the C code's

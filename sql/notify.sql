@@ -48,10 +48,14 @@ SET delivery_outbox.max_payload_size = 2048;
 SHOW delivery_outbox.max_payload_size;
 SET delivery_outbox.max_payload_size = '2MB';
 SHOW delivery_outbox.max_payload_size;
+-- (the message of an out-of-range setting is PostgreSQL's, and its
+-- wording changed in 18: the code alone)
+\set VERBOSITY sqlstate
 SET delivery_outbox.max_payload_size = -1;
 \echo :SQLSTATE
 SET delivery_outbox.max_payload_size = '1GB';
 \echo :SQLSTATE
+\set VERBOSITY default
 SET delivery_outbox.max_payload_size = 'lots';
 \echo :SQLSTATE
 SHOW delivery_outbox.max_payload_size;

@@ -81,7 +81,7 @@ LANGUAGE sql AS $f$
      WHERE a.attrelid = t AND a.attnum > 0 AND NOT a.attisdropped
     UNION ALL
     SELECT format('constraint %s %s', k.contype, pg_get_constraintdef(k.oid))
-      FROM pg_constraint k WHERE k.conrelid = t
+      FROM pg_constraint k WHERE k.conrelid = t AND k.contype <> 'n'
     UNION ALL
     SELECT format('index %s', regexp_replace(pg_get_indexdef(i.indexrelid),
                                              ' ON \S+ ', ' ON T '))
