@@ -38,7 +38,9 @@
  * again after a committed DROP DATABASE or a RENAME away from that name
  * (a CREATE DATABASE or a RENAME to that name ends the wait).  A dropped
  * database's hand-over ring is emptied: its rows are gone, nothing is left
- * to wake.
+ * to wake.  A database renamed away from the name has its ring emptied and
+ * detached too: nobody serves it any more, so its producers notify at
+ * commit, as in any database without a worker.
  *
  * Copyright (c) 2026, delivery_outbox developers
  *
@@ -158,6 +160,7 @@ static void sweeper_slot_detach(int code, Datum arg);
 static void sweeper_wait_for_database(SweeperSlot *slot);
 static bool sweeper_held(SweeperSlot *slot);
 static void sweeper_empty_ring(Oid dboid);
+static void sweeper_detach_ring(Oid dboid);
 static bool sweeper_send_wakeups(OutboxDatabase *db, int max_batches);
 static void sweeper_notify(const OutboxWakeup *wakeups, int n);
 static bool sweeper_sweep(OutboxDatabase *db);
@@ -197,6 +200,7 @@ static bool sweeper_pending = false;
 static char sweeper_gone_name[NAMEDATALEN];
 static char sweeper_come_name[NAMEDATALEN];
 static Oid	sweeper_dropped_oid = InvalidOid;
+static Oid	sweeper_renamed_oid = InvalidOid;
 
 /*
  * outbox_sweeper_main
@@ -1000,6 +1004,7 @@ outbox_sweepers_before_utility(Node *parsetree)
 			strlcpy(sweeper_gone_name, target, NAMEDATALEN);
 			strlcpy(sweeper_come_name, ((RenameStmt *) parsetree)->newname,
 					NAMEDATALEN);
+			sweeper_renamed_oid = get_database_oid(target, true);
 			break;
 		case T_CreatedbStmt:
 			target = "template1";
@@ -1093,12 +1098,16 @@ outbox_sweepers_xact_callback(XactEvent event, void *arg)
 		SweeperSlot *slot = &sweeper_shared->slots[i];
 		Latch	   *latch;
 		bool		changed = false;
+		bool		renamed_away = false;
 
 		SpinLockAcquire(&slot->mutex);
 		if (event == XACT_EVENT_COMMIT && slot->dbname[0] != '\0')
 		{
 			if (strcmp(slot->dbname, sweeper_gone_name) == 0)
+			{
 				slot->missing = changed = true;
+				renamed_away = OidIsValid(sweeper_renamed_oid);
+			}
 			if (strcmp(slot->dbname, sweeper_come_name) == 0)
 			{
 				slot->missing = false;
@@ -1115,6 +1124,8 @@ outbox_sweepers_xact_callback(XactEvent event, void *arg)
 		latch = slot->latch;
 		SpinLockRelease(&slot->mutex);
 		sweeper_my_holds[i] = 0;
+		if (renamed_away)
+			sweeper_detach_ring(sweeper_renamed_oid);
 		if (changed && latch != NULL)
 			SetLatch(latch);
 	}
@@ -1124,6 +1135,7 @@ outbox_sweepers_xact_callback(XactEvent event, void *arg)
 	sweeper_gone_name[0] = '\0';
 	sweeper_come_name[0] = '\0';
 	sweeper_dropped_oid = InvalidOid;
+	sweeper_renamed_oid = InvalidOid;
 }
 
 /*
@@ -1227,9 +1239,31 @@ sweeper_empty_ring(Oid dboid)
 
 	if (db == NULL)
 		return;
+	sweeper_detach_ring(dboid);
+	outbox_forget_database(dboid);
+}
+
+/*
+ * sweeper_detach_ring
+ *
+ * The database dboid no longer goes by the name its worker serves (dropped,
+ * or renamed away): nobody will read its ring again, and the worker takes
+ * the ring along to the next database of that name.  The ring is emptied
+ * and detached, so that the database's producers in notify = deferred mode
+ * notify at commit themselves, as in any database without a worker, rather
+ * than handing ids over to a ring nobody reads (or that another database
+ * now uses).  The ids waiting in it are of rows that are gone (dropped) or
+ * still pending (renamed: the relays' drain finds them).
+ */
+static void
+sweeper_detach_ring(Oid dboid)
+{
+	OutboxDatabase *db = outbox_database(dboid, false);
+
+	if (db == NULL)
+		return;
 	SpinLockAcquire(&db->mutex);
 	db->ring_tail = db->ring_head;
 	db->ring = -1;
 	SpinLockRelease(&db->mutex);
-	outbox_forget_database(dboid);
 }
