@@ -20,6 +20,8 @@
 # - the deferred wake-ups handed over for a dropped database are not sent
 #   into the database recreated under its name, even with the same outbox
 #   OID (both copied from one template);
+# - ALTER DATABASE ... RENAME in a transaction block holds the worker off
+#   until the transaction ends (here: ROLLBACK, and app is served again);
 # - ALTER DATABASE ... RENAME, with and without the extension: the worker
 #   does not follow the database to its new name (nobody serves it, and its
 #   deferred wake-ups go out from the producers, as in any database without
@@ -298,6 +300,25 @@ timed('DROP DATABASE app', 'DROP DATABASE app (no extension)');
 pass('DROP DATABASE succeeds without the extension');
 $node->safe_psql('postgres', 'CREATE DATABASE app');
 $app_pid = wait_for_worker($node, 'app', $app_pid);
+
+#
+# ALTER DATABASE ... RENAME in a transaction block holds the worker off
+# until the transaction ends: restarted, it waits without connecting; the
+# rollback lets it connect to app again at once.
+#
+my $renamer = $node->background_psql('postgres');
+$offset = -s $node->logfile;
+$renamer->query_safe('BEGIN');
+$renamer->query_safe('ALTER DATABASE app RENAME TO app2');
+$node->wait_for_log(
+	qr/$waits\n.*DETAIL:\s+A command needs the database to itself\./,
+	$offset);
+pass('in a transaction block, RENAME holds the restarted worker off');
+is(sweepers_in('app'), '0', 'which does not connect');
+$renamer->query_safe('ROLLBACK');
+$renamer->quit;
+$app_pid = wait_for_worker($node, 'app', $app_pid);
+pass('after the rollback it serves app again');
 
 #
 # ALTER DATABASE app RENAME TO app2, without the extension: nobody serves
