@@ -729,7 +729,10 @@ REVOKE ALL ON FUNCTION outbox_require_owner(regclass) FROM PUBLIC;
 -- index builds included, and in ACCESS EXCLUSIVE mode from adding the
 -- delivery policy's columns (before the index builds, which need them) or
 -- a missing default to the commit: add them beforehand to keep reads going
--- (docs/operations.md, "Adopting an existing table").
+-- (docs/operations.md, "Adopting an existing table").  A NOTICE counts the
+-- rows left delivered: the worker's reclaim puts them back to pending and
+-- they are pushed again, which at-least-once allows but nobody expects of
+-- an adoption.
 --
 CREATE FUNCTION outbox_attach(tbl regclass, channel text DEFAULT NULL)
 RETURNS regclass
@@ -743,6 +746,8 @@ DECLARE
     bad bigint[];
     notifying name[];
     trg name;
+    delivered bigint;
+    reclaim_after text;
 BEGIN
     PERFORM @extschema@.outbox_check_relation(tbl);
     IF channel IS NOT NULL AND (channel = '' OR octet_length(channel) >= 64) THEN
@@ -847,6 +852,10 @@ BEGIN
                   HINT = 'delivery_state must be pending, delivered or acked; a pending row has delivered_at exactly when delivery_attempts >= 1 and no acked_at; a delivered row has delivered_at, delivery_attempts >= 1 and no acked_at; an acked row has acked_at.  A pending row re-addressed with delivered_at = NULL can be repaired with UPDATE ... SET delivered_at = created_at WHERE delivery_state = ''pending'' AND delivery_attempts > 0 AND delivered_at IS NULL before attaching.';
     END IF;
 
+    -- rows the seed left delivered and never acked: reported at the end
+    delivered := @extschema@.outbox_run_as_owner(tbl, format(
+        'SELECT count(*) FROM %s WHERE delivery_state = ''delivered''', tbl))::bigint;
+
     -- notifying triggers would double the wake-ups (disabled as the
     -- definer: no code of the table runs)
     SELECT coalesce(array_agg(t.tgname ORDER BY t.tgname), '{}') INTO notifying
@@ -880,6 +889,19 @@ BEGIN
     END IF;
 
     PERFORM @extschema@.outbox_grant_triggers(tbl);
+
+    -- The worker's sweep puts each back to pending once delivered_at (the
+    -- seed's, often long past) is older than reclaim_after, and relays push
+    -- it again: say so, once, where the adoption is run.
+    IF delivered > 0 THEN
+        reclaim_after := current_setting('delivery_outbox.reclaim_after', true);
+        RAISE NOTICE '% delivered rows of table % were never acked', delivered, tbl
+            USING DETAIL = CASE WHEN reclaim_after IN ('-1', '-1s')
+                THEN 'delivery_outbox.reclaim_after is -1: the background worker leaves them delivered; outbox_reclaim() puts them back to pending, to be pushed again.'
+                ELSE format('Where the background worker serves this database, it puts a row delivered longer ago than delivery_outbox.reclaim_after (%s) back to pending, and relays push it again.',
+                            coalesce(reclaim_after, '60s')) END,
+                  HINT = 'If they reached their recipients, ack them (outbox_ack, or before attaching UPDATE ... SET delivery_state = ''acked'', acked_at = ...); see "Adopting an existing table" in docs/operations.md.';
+    END IF;
     RETURN tbl;
 END
 $$;
