@@ -78,6 +78,8 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROWS=${EXAMPLES_ROWS:-200}
 TIMEOUT=${EXAMPLES_TIMEOUT:-60}
 ROLE=delivery_outbox_example_relay
+# the tenant's search path the relays get from PGOPTIONS
+TENANT_PATH='-c search_path=tenant_a,outbox,public'
 MONITOR=delivery_outbox_example_monitor
 PYTHON=/usr/bin/python3
 NPM=${NPM:-npm}
@@ -225,57 +227,83 @@ producer_cmd()
     esac
 }
 
-setup_db()
+# seed_ddl SCHEMA: the seed system's (cloacina's) outbox table in SCHEMA,
+# as its migrations 027 and 028 make it: the table, its two partial indexes,
+# the notifying function and its trigger
+seed_ddl()
 {
-    local db=$1
-    q "$ADMIN_DB" "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null &&
-    q "$ADMIN_DB" "CREATE DATABASE $db" >/dev/null || return 1
-    if [ "$db" = examples_rust ]; then
-        setup_db_created_outbox "$db"
-        return
-    fi
-    psql -X -q -v ON_ERROR_STOP=1 -d "$db" <<SQL
-CREATE EXTENSION delivery_outbox;
-DO \$\$BEGIN
-    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$ROLE') THEN
-        CREATE ROLE $ROLE LOGIN;
-    END IF;
-END\$\$;
--- README's relay role
-GRANT USAGE ON SCHEMA public TO $ROLE;
-GRANT EXECUTE ON FUNCTION
-    outbox_claim(integer, text, text, regclass),
-    outbox_ack(bigint, text, regclass),
-    outbox_ack(bigint[], text, regclass),
-    outbox_release(bigint[], interval, text, regclass),
-    outbox_reject(bigint[], text, regclass),
-    outbox_next_due(text, regclass),
-    outbox_reclaim(interval, integer, regclass),
-    outbox_reclaim_recipient(text, text, regclass),
-    outbox_replay(text, bigint, integer, text, regclass)
-  TO $ROLE;
+    cat <<SQL
+CREATE TABLE $1.delivery_outbox (
+    id                BIGSERIAL PRIMARY KEY,
+    recipient         TEXT NOT NULL,
+    kind              TEXT NOT NULL,
+    tenant_id         TEXT,
+    payload           BYTEA NOT NULL,
+    delivery_state    TEXT NOT NULL DEFAULT 'pending',
+    delivery_attempts INTEGER NOT NULL DEFAULT 0,
+    created_at        TIMESTAMP NOT NULL,
+    delivered_at      TIMESTAMP,
+    acked_at          TIMESTAMP
+);
+CREATE INDEX idx_delivery_outbox_recipient_open
+    ON $1.delivery_outbox (recipient, id) WHERE delivery_state <> 'acked';
+CREATE INDEX idx_delivery_outbox_open_age
+    ON $1.delivery_outbox (delivery_state, created_at) WHERE delivery_state <> 'acked';
+CREATE FUNCTION $1.delivery_outbox_notify() RETURNS trigger LANGUAGE plpgsql AS \$f\$
+BEGIN
+    PERFORM pg_notify('delivery_outbox', NEW.id::text);
+    RETURN NEW;
+END
+\$f\$;
+CREATE TRIGGER delivery_outbox_notify_trg AFTER INSERT ON $1.delivery_outbox
+    FOR EACH ROW EXECUTE FUNCTION $1.delivery_outbox_notify();
 SQL
 }
 
-# setup_db_created_outbox DB: the extension in schema outbox, a created
-# outbox public.delivery_outbox that the checks below read as
-# "delivery_outbox" and the relay works (search_path public, outbox), and
-# the relay role with the 1.2 GRANTs: EXECUTE on the functions, UPDATE and
-# SELECT on that table
-setup_db_created_outbox()
+# seed_rows SCHEMA PREFIX P D K R: rows as the seed's data layer leaves
+# them: P pending (PREFIXp), D delivered an hour ago and never acked
+# (PREFIXd), K acked (PREFIXk), R pending rows re-addressed by its
+# reassign_open_rows (attempts 1, delivered_at NULL: repaired before
+# attaching; PREFIXr)
+seed_rows()
 {
-    local db=$1
-    psql -X -q -v ON_ERROR_STOP=1 -d "$db" <<SQL
-CREATE SCHEMA outbox;
-CREATE EXTENSION delivery_outbox SCHEMA outbox;
-ALTER DATABASE $db SET search_path = public, outbox;
-SELECT outbox.outbox_create('public') \g /dev/null
-DO \$\$BEGIN
-    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$ROLE') THEN
-        CREATE ROLE $ROLE LOGIN;
-    END IF;
-END\$\$;
-GRANT USAGE ON SCHEMA public, outbox TO $ROLE;
+    local t=$1.delivery_outbox now="timezone('UTC', now())"
+    cat <<SQL
+INSERT INTO $t (recipient, kind, payload, delivery_state, delivery_attempts, created_at)
+SELECT '${2}p', 'work', '\\x00', 'pending', 0, $now - interval '2 hours' FROM generate_series(1, $3);
+INSERT INTO $t (recipient, kind, payload, delivery_state, delivery_attempts, created_at, delivered_at)
+SELECT '${2}d', 'work', '\\x00', 'delivered', 1, $now - interval '2 hours', $now - interval '1 hour'
+  FROM generate_series(1, $4);
+INSERT INTO $t (recipient, kind, payload, delivery_state, delivery_attempts, created_at, delivered_at, acked_at)
+SELECT '${2}k', 'work', '\\x00', 'acked', 1, $now - interval '2 hours', $now - interval '1 hour',
+       $now - interval '1 hour' FROM generate_series(1, $5);
+INSERT INTO $t (recipient, kind, payload, delivery_state, delivery_attempts, created_at)
+SELECT '${2}r', 'work', '\\x00', 'pending', 1, $now - interval '2 hours' FROM generate_series(1, $6);
+SQL
+}
+
+# adopt SCHEMA: docs/operations.md's "Attach" step for SCHEMA's table: the
+# repair of reassigned rows and outbox_attach in one transaction
+adopt()
+{
+    cat <<SQL
+BEGIN;
+SET LOCAL lock_timeout = '5s';
+LOCK TABLE $1.delivery_outbox IN SHARE ROW EXCLUSIVE MODE;
+UPDATE $1.delivery_outbox SET delivered_at = created_at
+ WHERE delivery_state = 'pending' AND delivery_attempts >= 1 AND delivered_at IS NULL;
+SELECT outbox.outbox_attach('$1.delivery_outbox');
+COMMIT;
+SQL
+}
+
+# relay_grants SCHEMA...: the tenant relay role's GRANTs of
+# docs/coming-from-cloacina.md ("The roles"), for the tables of SCHEMA...
+relay_grants()
+{
+    local schema
+    cat <<SQL
+GRANT USAGE ON SCHEMA outbox TO $ROLE;
 GRANT EXECUTE ON FUNCTION
     outbox.outbox_claim(integer, text, text, regclass),
     outbox.outbox_ack(bigint, text, regclass),
@@ -285,10 +313,55 @@ GRANT EXECUTE ON FUNCTION
     outbox.outbox_next_due(text, regclass),
     outbox.outbox_reclaim(interval, integer, regclass),
     outbox.outbox_reclaim_recipient(text, text, regclass),
-    outbox.outbox_replay(text, bigint, integer, text, regclass)
+    outbox.outbox_replay(text, bigint, integer, text, regclass),
+    outbox.outbox_horizon(regclass),
+    outbox.outbox_wait(interval, text, regclass)
   TO $ROLE;
-GRANT UPDATE, SELECT ON public.delivery_outbox TO $ROLE;
 SQL
+    for schema in "$@"; do
+        cat <<SQL
+GRANT USAGE ON SCHEMA $schema TO $ROLE;
+GRANT UPDATE, SELECT ON $schema.delivery_outbox TO $ROLE;
+SQL
+    done
+}
+
+# make_role: the relay role, once per cluster
+make_role()
+{
+    cat <<SQL
+DO \$\$BEGIN
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$ROLE') THEN
+        CREATE ROLE $ROLE LOGIN;
+    END IF;
+END\$\$;
+SQL
+}
+
+# setup_db DB: the extension in its own schema, outbox, with three rows for
+# recipient default:untouched in its own table (no relay may touch them);
+# a tenant, tenant_a, whose seed table (seed_ddl) holds rows in every state
+# (seed_rows: 5 pending, 3 delivered, 4 acked, 1 reassigned) and is adopted
+# as docs/operations.md says (adopt); the relay role with the tenant relay
+# GRANTs and nothing else.  The relays then run with
+# PGOPTIONS='-c search_path=tenant_a,outbox,public' and OUTBOX naming
+# the tenant's table.
+setup_db()
+{
+    local db=$1
+    q "$ADMIN_DB" "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null &&
+    q "$ADMIN_DB" "CREATE DATABASE $db" >/dev/null || return 1
+    {
+        echo "CREATE SCHEMA outbox;"
+        echo "CREATE EXTENSION delivery_outbox SCHEMA outbox;"
+        echo "SELECT count(outbox.outbox_enqueue('default:untouched', 'work', '\\x00')) FROM generate_series(1, 3);"
+        echo "CREATE SCHEMA tenant_a;"
+        seed_ddl tenant_a
+        seed_rows tenant_a seed: 5 3 4 1
+        adopt tenant_a
+        make_role
+        relay_grants tenant_a
+    } | PGOPTIONS= psql -X -q -v ON_ERROR_STOP=1 -d "$db" 2>&1
 }
 
 # stop_relay: SIGTERM, wait up to 10 s; sets STOP_RC (124 on timeout)
@@ -479,18 +552,14 @@ run_cursor()
     local app=examples-cursor-python r=cursor:a low high n_rows n_lines got p i
     local -a producers=()
 
-    if ! q "$db" "GRANT EXECUTE ON FUNCTION outbox_horizon(regclass) TO $ROLE" >/dev/null; then
-        nok "python: cursor: GRANT EXECUTE ON FUNCTION outbox_horizon(regclass) to the relay role"
-        return
-    fi
     rm -f "$pos"
-    env PGDATABASE="$db" PGUSER="$ROLE" PGAPPNAME="$app" RECIPIENT="$r" \
+    env PGDATABASE="$db" PGUSER="$ROLE" PGAPPNAME="$app" RECIPIENT="$r" OUTBOX="$RUN_OUTBOX" \
         ACK=1 BATCH=7 WAIT_MS=30000 HELD_MS=200 CURSOR_FILE="$pos" \
         "$PYTHON" "$HERE/python/cursor.py" >"$out" 2>"$err" &
     RELAY_PID=$!
 
     # 20 rows committed together: read, in order, and acked.
-    q "$db" "SELECT count(outbox_enqueue('$r', 'work', convert_to('{\"n\": ' || g || '}', 'UTF8')))
+    q "$db" "SELECT count(outbox_enqueue('$r', 'work', convert_to('{\"n\": ' || g || '}', 'UTF8')$OUTBOX_ARG))
                FROM generate_series(1, 20) g" >/dev/null
     if wait_until 15 "$db" "SELECT count(*) = 20 FROM delivery_outbox
                              WHERE recipient = '$r' AND delivery_state = 'acked'"; then
@@ -505,9 +574,9 @@ run_cursor()
     # A lower id still open while a higher one commits: the higher one is
     # not read before the lower one commits; then both, in id order.
     sess_open "$db" "$dir/cursor-session.out"
-    sess_send "BEGIN; SELECT outbox_enqueue('$r', 'work', '\\x01');"
+    sess_send "BEGIN; SELECT outbox_enqueue('$r', 'work', '\\x01'$OUTBOX_ARG);"
     low=$(sess_wait_line 1)
-    high=$(q "$db" "SELECT outbox_enqueue('$r', 'work', '\\x02')")
+    high=$(q "$db" "SELECT outbox_enqueue('$r', 'work', '\\x02'$OUTBOX_ARG)")
     sleep 1
     if [ -n "$low" ] && [ -n "$high" ] && [ "$high" -gt "$low" ] &&
         ! grep -qx "$r $high" "$out"; then
@@ -527,9 +596,9 @@ run_cursor()
 
     # A lower insert that rolls back: no NOTIFY comes of it; the reader
     # looks again every HELD_MS and reads the higher row soon after.
-    sess_send "BEGIN; SELECT outbox_enqueue('$r', 'work', '\\x03');"
+    sess_send "BEGIN; SELECT outbox_enqueue('$r', 'work', '\\x03'$OUTBOX_ARG);"
     low=$(sess_wait_line 2)
-    high=$(q "$db" "SELECT outbox_enqueue('$r', 'work', '\\x04')")
+    high=$(q "$db" "SELECT outbox_enqueue('$r', 'work', '\\x04'$OUTBOX_ARG)")
     sleep 0.5
     got=$(grep -cx "$r $high" "$out")
     sess_send "ROLLBACK;"
@@ -546,9 +615,9 @@ run_cursor()
     # between them, so that lower ids keep committing after higher ones.
     for p in 1 2 3 4; do
         (for i in $(seq 25); do
-            q "$db" "SELECT outbox_enqueue('$r', 'work', '\\x05'),
+            q "$db" "SELECT outbox_enqueue('$r', 'work', '\\x05'$OUTBOX_ARG),
                             pg_sleep(random() * 0.02),
-                            outbox_enqueue('$r', 'work', '\\x06')" >/dev/null
+                            outbox_enqueue('$r', 'work', '\\x06'$OUTBOX_ARG)" >/dev/null
         done) &
         producers+=($!)
     done
@@ -583,13 +652,13 @@ run_cursor()
     # The same gap read by after_id alone (NAIVE=1, ACK=0): the lower row
     # is skipped for good.
     r=cursor:naive
-    env PGDATABASE="$db" PGUSER="$ROLE" PGAPPNAME="$app" RECIPIENT="$r" \
+    env PGDATABASE="$db" PGUSER="$ROLE" PGAPPNAME="$app" RECIPIENT="$r" OUTBOX="$RUN_OUTBOX" \
         NAIVE=1 WAIT_MS=30000 "$PYTHON" "$HERE/python/cursor.py" >"$out" 2>"$err" &
     RELAY_PID=$!
     sess_open "$db" "$dir/cursor-session.out"
-    sess_send "BEGIN; SELECT outbox_enqueue('$r', 'work', '\\x07');"
+    sess_send "BEGIN; SELECT outbox_enqueue('$r', 'work', '\\x07'$OUTBOX_ARG);"
     low=$(sess_wait_line 1)
-    high=$(q "$db" "SELECT outbox_enqueue('$r', 'work', '\\x08')")
+    high=$(q "$db" "SELECT outbox_enqueue('$r', 'work', '\\x08'$OUTBOX_ARG)")
     if wait_lines 10 "$out" "$r $high"; then
         sess_send "COMMIT;"
         sess_close
@@ -610,6 +679,50 @@ run_cursor()
     stop_relay
 }
 
+# check_seed LANG DB OUT PREFIX: the rows seed_rows left (under PGOPTIONS'
+# search path): the pending, reassigned and delivered ones pushed (OUT, the
+# relay's "recipient id" lines) and acked, the delivered ones reclaimed
+# first (attempts >= 2); the acked ones untouched and never pushed
+check_seed()
+{
+    local lang=$1 db=$2 out=$3 p=$4 got pushed never
+    got=$(q "$db" "SELECT count(*) FILTER (WHERE recipient IN ('${p}p', '${p}r', '${p}d')
+                                           AND delivery_state = 'acked') = 9
+                   AND count(*) FILTER (WHERE recipient = '${p}d' AND delivery_attempts >= 2) = 3
+                   AND count(*) FILTER (WHERE recipient = '${p}k' AND delivery_attempts = 1
+                                           AND acked_at < timezone('UTC', now()) - interval '59 minutes') = 4
+                 FROM delivery_outbox WHERE recipient LIKE '${p}%'")
+    pushed=$(q "$db" "SELECT recipient || ' ' || id FROM delivery_outbox
+                       WHERE recipient IN ('${p}p', '${p}r', '${p}d') ORDER BY 1" |
+        while read -r line; do grep -qxF "$line" "$out" || echo "$line"; done | wc -l)
+    never=$(grep -c "^${p}k " "$out")
+    if [ "$got" = t ] && [ "$pushed" -eq 0 ] && [ "$never" -eq 0 ]; then
+        ok "$lang: the seed's rows: 5 pending and 1 reassigned pushed and acked, 3 left delivered reclaimed by the relay's sweep, pushed again and acked, 4 acked never pushed"
+    else
+        nok "$lang: the seed's rows pushed and acked, the acked ones untouched ($pushed not pushed, $never acked ones pushed)"
+        q "$db" "SELECT recipient, delivery_state, delivery_attempts, count(*) FROM delivery_outbox
+                  WHERE recipient LIKE '${p}%' GROUP BY 1, 2, 3 ORDER BY 1, 2, 3" | sed 's/^/# /'
+    fi
+}
+
+# check_default LANG DB FILE...: the extension's own outbox still holds its
+# three default:untouched rows, pending and never claimed, and no relay
+# output (FILE...) names them
+check_default()
+{
+    local lang=$1 db=$2 got
+    shift 2
+    got=$(q "$db" "SELECT count(*) = 3 AND bool_and(delivery_state = 'pending'
+                          AND delivery_attempts = 0 AND delivered_at IS NULL)
+                     FROM outbox.delivery_outbox")
+    if [ "$got" = t ] && ! cat "$@" 2>/dev/null | grep -q '^default:untouched '; then
+        ok "$lang: the extension's own outbox is untouched (its 3 rows pending, never claimed)"
+    else
+        nok "$lang: the extension's own outbox is untouched"
+        q "$db" "SELECT id, recipient, delivery_state, delivery_attempts FROM outbox.delivery_outbox" | sed 's/^/# /'
+    fi
+}
+
 run_lang()
 {
     local lang=$1 db=examples_$1 app=examples-relay-$1 dir=$WORK/$1
@@ -622,12 +735,15 @@ run_lang()
     half=$((ROWS / 2))
     quarter=$(((ROWS - half) / 2))
 
-    OUTBOX_ARG=
-    RUN_OUTBOX=
-    if [ "$lang" = rust ]; then
-        OUTBOX_ARG=", outbox => 'delivery_outbox'"
-        RUN_OUTBOX=delivery_outbox
-    fi
+    # Everything here (the relays, the producer and the checks) runs under
+    # the tenant's search path, from PGOPTIONS: "delivery_outbox" is
+    # tenant_a's table, outbox_enqueue the extension's function.  The main
+    # run names the outbox as the data layer would (OUTBOX=delivery_outbox),
+    # the delivery policy's run and the producer qualified.
+    local -x PGOPTIONS=$TENANT_PATH
+    local agents="recipient LIKE 'agent:%'"
+    OUTBOX_ARG=", outbox => 'tenant_a.delivery_outbox'"
+    RUN_OUTBOX=tenant_a.delivery_outbox
 
     t0=$SECONDS
     if prepare "$lang"; then
@@ -638,17 +754,23 @@ run_lang()
         return
     fi
     if setup_db "$db" >"$dir/setup.log" 2>&1; then
-        ok "$lang: database $db with CREATE EXTENSION delivery_outbox and a relay role"
+        ok "$lang: database $db: the extension in schema outbox, tenant_a's seed table (rows in every state) adopted with outbox_attach, a relay role with the tenant relay GRANTs"
     else
-        nok "$lang: database $db with CREATE EXTENSION delivery_outbox and a relay role"
+        nok "$lang: database $db with the extension, tenant_a's adopted seed table and a relay role"
         show "$dir/setup.log"
         return
+    fi
+    if grep -q 'NOTICE:  3 delivered rows of table tenant_a.delivery_outbox were never acked' "$dir/setup.log"; then
+        ok "$lang: outbox_attach's NOTICE counts the 3 rows the seed left delivered"
+    else
+        nok "$lang: outbox_attach's NOTICE counts the 3 rows the seed left delivered"
+        show "$dir/setup.log"
     fi
 
     # -- the relay --------------------------------------------------------
     enqueue "$db" 1 "$half"
     relay_cmd "$lang"
-    env PGDATABASE="$db" PGUSER="$ROLE" PGAPPNAME="$app" OUTBOX="$RUN_OUTBOX" \
+    env PGDATABASE="$db" PGUSER="$ROLE" PGAPPNAME="$app" OUTBOX=delivery_outbox \
         BATCH=10 FAIL_EVERY=7 PUSH_DELAY_MS=5 RETRY_AFTER_MS=20 \
         WAIT_MS=30000 SWEEP_EVERY=3 RECLAIM_AFTER=3 \
         BACKOFF_MIN_MS=100 BACKOFF_MAX_MS=800 \
@@ -660,11 +782,11 @@ run_lang()
     # Mid-run: once some rows are acked, cut the session and keep the relay
     # out for a second.
     if wait_until "$TIMEOUT" "$db" \
-        "SELECT count(*) >= $((half / 5)) FROM delivery_outbox WHERE delivery_state = 'acked'"; then
+        "SELECT count(*) >= $((half / 5)) FROM delivery_outbox WHERE delivery_state = 'acked' AND $agents"; then
         # One session: find the relay's backend, lock the relay out, cut
         # its connection, enqueue while it is away.
         IFS='|' read -r pid1 acked_at_kill < <(psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$db" <<SQL
-SELECT pid, (SELECT count(*) FROM delivery_outbox WHERE delivery_state = 'acked')
+SELECT pid, (SELECT count(*) FROM delivery_outbox WHERE delivery_state = 'acked' AND $agents)
   FROM ($relay_sql AND state IS NOT NULL) s \gset
 REVOKE CONNECT ON DATABASE $db FROM PUBLIC;
 SELECT pg_terminate_backend(:pid) \g /dev/null
@@ -709,7 +831,7 @@ SQL
 
     # Rows enqueued while it was away: found by the drain, no notification.
     if wait_until 10 "$db" \
-        "SELECT count(*) = $((half + quarter)) FROM delivery_outbox WHERE delivery_state = 'acked'"; then
+        "SELECT count(*) = $((half + quarter)) FROM delivery_outbox WHERE delivery_state = 'acked' AND $agents"; then
         ok "$lang: the $quarter rows enqueued while it was disconnected were drained after reconnecting"
     else
         nok "$lang: the $quarter rows enqueued while it was disconnected were drained after reconnecting"
@@ -725,7 +847,7 @@ SQL
     done
     if wait_until "$TIMEOUT" "$db" \
         "SELECT count(*) FILTER (WHERE delivery_state = 'acked') = $ROWS
-            AND count(*) = $ROWS FROM delivery_outbox"; then
+            AND count(*) = $ROWS FROM delivery_outbox WHERE $agents"; then
         ok "$lang: all $ROWS rows acked"
     else
         nok "$lang: all $ROWS rows acked within ${TIMEOUT}s"
@@ -743,16 +865,16 @@ SQL
     fi
 
     # The recipients' view: every row, to its recipient, at least once.
-    q "$db" "SELECT recipient || ' ' || id FROM delivery_outbox ORDER BY 1" >"$dir/expected.txt"
-    sort "$out" >"$dir/got.txt"
-    sort -u "$out" >"$dir/got_unique.txt"
+    q "$db" "SELECT recipient || ' ' || id FROM delivery_outbox WHERE $agents ORDER BY 1" >"$dir/expected.txt"
+    grep '^agent:' "$out" | sort >"$dir/got.txt"
+    sort -u "$dir/got.txt" >"$dir/got_unique.txt"
     n_lines=$(wc -l <"$dir/got.txt")
     n_unique=$(wc -l <"$dir/got_unique.txt")
     dups=$((n_lines - n_unique))
     missing=$(comm -23 "$dir/expected.txt" "$dir/got_unique.txt" | wc -l)
     extra=$(comm -13 "$dir/expected.txt" "$dir/got_unique.txt" | wc -l)
     failures=$(grep -c 'push failed' "$err")
-    n_acked=$(q "$db" "SELECT count(*) FROM delivery_outbox WHERE delivery_state = 'acked'")
+    n_acked=$(q "$db" "SELECT count(*) FROM delivery_outbox WHERE delivery_state = 'acked' AND $agents")
     diag "$lang: recipients got $n_lines pushes of $ROWS rows: $dups duplicates (at-least-once), $failures injected push failures released and retried"
     if [ "$missing" -eq 0 ] && [ "$extra" -eq 0 ] && [ "$n_unique" -eq "$ROWS" ] &&
         [ "$n_acked" -eq "$ROWS" ]; then
@@ -762,12 +884,17 @@ SQL
         comm -3 "$dir/expected.txt" "$dir/got_unique.txt" | head -20 | sed 's/^/# /'
     fi
     if [ "$failures" -gt 0 ] &&
-        [ "$(q "$db" "SELECT sum(delivery_attempts) - count(*) >= $failures FROM delivery_outbox")" = t ]; then
+        [ "$(q "$db" "SELECT sum(delivery_attempts) - count(*) >= $failures FROM delivery_outbox WHERE $agents")" = t ]; then
         ok "$lang: failed pushes were released (outbox_release) and delivered on a later attempt"
     else
         nok "$lang: failed pushes were released and delivered later ($failures failures logged)"
         show "$err"
     fi
+
+    # The seed's rows: the pending and reassigned ones pushed and acked,
+    # the delivered ones reclaimed by the relay's sweep (RECLAIM_AFTER=3),
+    # pushed and acked; the acked ones never pushed.
+    check_seed "$lang" "$db" "$out" seed:
 
     # -- the delivery policy: refused and failed pushes ------------------
     run_policy "$lang" "$db" "$app"
@@ -799,6 +926,8 @@ SQL
 
     # -- the gap-safe cursor (python only) --------------------------------
     [ "$lang" = python ] && run_cursor "$db"
+    check_default "$lang" "$db" "$dir/recipients.txt" "$dir/policy-recipients.txt" \
+        "$dir/producer.out"
 
     dt=$((SECONDS - t0))
     diag "$lang: ${dt}s"

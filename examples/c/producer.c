@@ -16,8 +16,11 @@
  *	 committed order=<order id> outbox=<outbox id>
  *	 rolled_back order=<order id> outbox=<outbox id>
  *
- * Connection: the libpq environment (PGHOST, PGPORT, PGDATABASE, PGUSER ...).
- * RECIPIENT (default "service:billing") addresses the messages.
+ * Connection: the libpq environment (PGHOST, PGPORT, PGDATABASE, PGUSER,
+ * PGOPTIONS ...).  RECIPIENT (default "service:billing") addresses the
+ * messages; OUTBOX names the outbox table they go to (e.g.
+ * tenant_a.delivery_outbox, resolved by the search_path; unset: the
+ * extension's own).
  *
  * Build and run:  make -C examples/c && PGDATABASE=shop examples/c/producer
  *
@@ -33,6 +36,7 @@
 #include <libpq-fe.h>
 
 static PGconn *conn;
+static const char *outbox;		/* NULL: the extension's own outbox */
 
 static void
 fail(const char *what)
@@ -64,9 +68,9 @@ place_order(const char *recipient, const char *customer, int amount_cents,
 	char		amount[16];
 	char		payload[256];
 	const char *oparams[2] = {customer, amount};
-	const char *eparams[3];
-	int			elengths[3] = {0, 0, 0};
-	int			eformats[3] = {0, 0, 1};	/* the payload goes as binary bytea */
+	const char *eparams[4];
+	int			elengths[4] = {0, 0, 0, 0};
+	int			eformats[4] = {0, 0, 1, 0}; /* the payload goes as binary bytea */
 	PGresult   *res;
 
 	snprintf(amount, sizeof(amount), "%d", amount_cents);
@@ -87,9 +91,11 @@ place_order(const char *recipient, const char *customer, int amount_cents,
 	eparams[1] = "order_created";
 	eparams[2] = payload;
 	elengths[2] = (int) strlen(payload);
+	eparams[3] = outbox;
 	res = PQexecParams(conn,
-					   "SELECT outbox_enqueue($1, $2, $3::bytea)",
-					   3, NULL, eparams, elengths, eformats, 0);
+					   "SELECT outbox_enqueue($1, $2, $3::bytea,"
+					   " outbox => $4::regclass)",
+					   4, NULL, eparams, elengths, eformats, 0);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		fail("outbox_enqueue");
 	*outbox_id = atoll(PQgetvalue(res, 0, 0));
@@ -105,6 +111,9 @@ main(void)
 
 	if (recipient == NULL || *recipient == '\0')
 		recipient = "service:billing";
+	outbox = getenv("OUTBOX");
+	if (outbox != NULL && *outbox == '\0')
+		outbox = NULL;
 	conn = PQconnectdb("fallback_application_name=delivery_outbox-producer-c");
 	if (PQstatus(conn) != CONNECTION_OK)
 		fail("connect");

@@ -45,8 +45,10 @@
  *	 the batch back, ack what was pushed, close, exit 0.
  *
  * Connection: the libpq environment (PGHOST, PGPORT, PGDATABASE, PGUSER,
- * PGPASSWORD or ~/.pgpass, PGAPPNAME, PGOPTIONS ...).  Settings
- * (environment), as in the Python and Node.js relays:
+ * PGPASSWORD or ~/.pgpass, PGAPPNAME, PGOPTIONS ...), whole: libpq reads it.
+ * Settings (environment), as in the Python, Node.js and Rust relays:
+ *	 OUTBOX (the outbox table the relay works, e.g. tenant_a.delivery_outbox,
+ *	 resolved by the session's search_path; unset: the extension's own)
  *	 OUTBOX_CHANNEL (delivery_outbox)  BATCH (100)  WAIT_MS (5000)
  *	 SWEEP_EVERY (30 s, 0 = never)	   RECLAIM_AFTER (60 s)
  *	 RETRY_AFTER_MS (1000: retry_after of a failed push; 0 = none, the
@@ -110,6 +112,7 @@ typedef struct IdList
 } IdList;
 
 /* settings */
+static const char *outbox;		/* NULL: the extension's own outbox */
 static const char *channel;
 static int	batch_size;
 static int	wait_ms;
@@ -320,13 +323,16 @@ exec_value(PGconn *conn, const char *sql, int nparams, const char *const *params
 	return rc;
 }
 
-/* exec_value with at most one parameter, for a count */
+/*
+ * exec_value for a count, with one parameter ($1) and the outbox ($2, NULL
+ * for the extension's own: every call names it as outbox => $2::regclass)
+ */
 static int
 exec_count(PGconn *conn, const char *sql, const char *param, long *out)
 {
-	const char *params[1] = {param};
+	const char *params[2] = {param, outbox};
 
-	return exec_value(conn, sql, param ? 1 : 0, params, out, NULL);
+	return exec_value(conn, sql, 2, params, out, NULL);
 }
 
 static int
@@ -339,7 +345,7 @@ ack_pushed(PGconn *conn)
 	if (unacked.n == 0)
 		return 0;
 	lit = idlist_literal(&unacked);
-	rc = exec_count(conn, "SELECT outbox_ack($1::bigint[])", lit, &n);
+	rc = exec_count(conn, "SELECT outbox_ack($1::bigint[], outbox => $2::regclass)", lit, &n);
 	free(lit);
 	if (rc == 0)
 	{
@@ -412,23 +418,24 @@ settle_failed(PGconn *conn, long long id, PushResult result, const char *error)
 	snprintf(retry_text, sizeof(retry_text), "%d", retry_after_ms);
 	if (result == PUSH_REFUSED)
 	{
-		const char *params[2] = {id_text, error};
+		const char *params[3] = {id_text, error, outbox};
 
 		if (exec_value(conn,
-					   "SELECT outbox_reject(ARRAY[$1::bigint], error => $2)",
-					   2, params, &n, NULL) != 0)
+					   "SELECT outbox_reject(ARRAY[$1::bigint], error => $2,"
+					   " outbox => $3::regclass)",
+					   3, params, &n, NULL) != 0)
 			return -1;
 		cnt_rejected += n;
 	}
 	else
 	{
-		const char *params[3] = {id_text, retry_text, error};
+		const char *params[4] = {id_text, retry_text, error, outbox};
 
 		if (exec_value(conn,
 					   "SELECT outbox_release(ARRAY[$1::bigint],"
 					   " retry_after => NULLIF($2::integer, 0) * interval '1 ms',"
-					   " error => $3)",
-					   3, params, &n, NULL) != 0)
+					   " error => $3, outbox => $4::regclass)",
+					   4, params, &n, NULL) != 0)
 			return -1;
 		cnt_released += n;
 	}
@@ -440,7 +447,7 @@ static int
 drain(PGconn *conn)
 {
 	char		batch_text[16];
-	const char *params[1] = {batch_text};
+	const char *params[2] = {batch_text, outbox};
 
 	snprintf(batch_text, sizeof(batch_text), "%d", batch_size);
 	while (!stopping)
@@ -453,8 +460,8 @@ drain(PGconn *conn)
 		res = PQexecParams(conn,
 						   "SELECT id, recipient, kind, tenant_id, payload,"
 						   "       delivery_attempts"
-						   "  FROM outbox_claim($1)",
-						   1, NULL, params, NULL, NULL, 0);
+						   "  FROM outbox_claim($1, outbox => $2::regclass)",
+						   2, NULL, params, NULL, NULL, 0);
 		if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		{
 			logmsg("connection lost: %s", first_line(PQerrorMessage(conn)));
@@ -514,7 +521,7 @@ drain(PGconn *conn)
 			char	   *lit = idlist_literal(&give_back);
 			long		n;
 
-			rc = exec_count(conn, "SELECT outbox_release($1::bigint[])", lit, &n);
+			rc = exec_count(conn, "SELECT outbox_release($1::bigint[], outbox => $2::regclass)", lit, &n);
 			free(lit);
 			if (rc == 0)
 				cnt_released += n;
@@ -539,7 +546,8 @@ sweep(PGconn *conn)
 	next_sweep = now_sec() + sweep_every;
 	snprintf(secs, sizeof(secs), "%d", reclaim_after);
 	if (exec_count(conn,
-				   "SELECT outbox_reclaim(make_interval(secs => $1::float8))",
+				   "SELECT outbox_reclaim(make_interval(secs => $1::float8),"
+				   " outbox => $2::regclass)",
 				   secs, &n) != 0)
 		return -1;
 	if (n > 0)
@@ -573,9 +581,9 @@ wait_for_work(PGconn *conn)
 	 * yet falls due; NULL when there is none.
 	 */
 	if (exec_value(conn,
-				   "SELECT LEAST(ceil(EXTRACT(epoch FROM outbox_next_due()"
+				   "SELECT LEAST(ceil(EXTRACT(epoch FROM outbox_next_due(outbox => $1::regclass)"
 				   "                           - clock_timestamp()) * 1000), 2147483647)::integer",
-				   0, NULL, &due_ms, &no_due) != 0)
+				   1, &outbox, &due_ms, &no_due) != 0)
 		return -1;
 	if (!no_due && due_ms < timeout)
 		timeout = due_ms < 0 ? 0 : (int) due_ms;
@@ -649,6 +657,9 @@ main(void)
 	struct sigaction sa;
 	int			backoff;
 
+	outbox = getenv("OUTBOX");
+	if (outbox != NULL && *outbox == '\0')
+		outbox = NULL;
 	channel = getenv("OUTBOX_CHANNEL");
 	if (channel == NULL || *channel == '\0')
 		channel = "delivery_outbox";
@@ -687,8 +698,9 @@ main(void)
 		if (conn != NULL)
 		{
 			cnt_connects++;
-			logmsg("connected (backend pid %d), listening on %s",
-				   PQbackendPID(conn), channel);
+			logmsg("connected (backend pid %d), listening on %s, outbox %s",
+				   PQbackendPID(conn), channel,
+				   outbox ? outbox : "(the extension's own)");
 			backoff = backoff_min_ms;
 			serve(conn);
 			PQfinish(conn);

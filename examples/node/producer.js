@@ -15,8 +15,11 @@
 //   committed order=<order id> outbox=<outbox id>
 //   rolled_back order=<order id> outbox=<outbox id>
 //
-// Connection: the environment pg reads (PGHOST, PGPORT, PGDATABASE, PGUSER ...).
-// RECIPIENT (default "service:billing") addresses the messages.
+// Connection: the environment pg reads (PGHOST, PGPORT, PGDATABASE, PGUSER,
+// PGOPTIONS ...).  RECIPIENT (default "service:billing") addresses the
+// messages; OUTBOX names the outbox table they go to (e.g.
+// tenant_a.delivery_outbox, resolved by the search_path; unset: the
+// extension's own).
 //
 // Run:  cd examples/node && npm ci && PGDATABASE=shop node producer.js
 
@@ -25,6 +28,7 @@
 const { Client } = require('pg');
 
 const RECIPIENT = process.env.RECIPIENT || 'service:billing';
+const OUTBOX = process.env.OUTBOX || null;
 
 class PaymentDeclined extends Error {}
 
@@ -51,8 +55,8 @@ async function placeOrder(client, customer, amountCents) {
   const payload = Buffer.from(JSON.stringify(
     { order_id: Number(orderId), customer, amount_cents: amountCents }));
   const outbox = await client.query(
-    'SELECT outbox_enqueue($1, $2, $3) AS id',
-    [RECIPIENT, 'order_created', payload]);
+    'SELECT outbox_enqueue($1, $2, $3, outbox => $4::regclass) AS id',
+    [RECIPIENT, 'order_created', payload, OUTBOX]);
   return { orderId, outboxId: outbox.rows[0].id };
 }
 

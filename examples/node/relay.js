@@ -43,8 +43,11 @@
 //   the batch back, ack what was pushed, close, exit 0.
 //
 // Connection: the libpq-style environment pg reads (PGHOST, PGPORT,
-// PGDATABASE, PGUSER, PGPASSWORD or ~/.pgpass, PGAPPNAME, PGOPTIONS ...).
-// Settings (environment), as in the Python and C relays:
+// PGDATABASE, PGUSER, PGPASSWORD or ~/.pgpass, PGAPPNAME, PGOPTIONS ...;
+// e.g. PGOPTIONS='-c search_path=tenant_a,outbox,public').
+// Settings (environment), as in the Python, C and Rust relays:
+//   OUTBOX (the outbox table the relay works, e.g. tenant_a.delivery_outbox,
+//   resolved by the session's search_path; unset: the extension's own)
 //   OUTBOX_CHANNEL (delivery_outbox)  BATCH (100)  WAIT_MS (5000)
 //   SWEEP_EVERY (30 s, 0 = never)     RECLAIM_AFTER (60 s)
 //   RETRY_AFTER_MS (1000: retry_after of a failed push; 0 = none, the
@@ -68,6 +71,7 @@ function envInt(name, dflt) {
   return v === '' ? dflt : parseInt(v, 10);
 }
 
+const OUTBOX = process.env.OUTBOX || null;   // null: the extension's own
 const CHANNEL = process.env.OUTBOX_CHANNEL || 'delivery_outbox';
 const BATCH = envInt('BATCH', 100);
 const WAIT_MS = envInt('WAIT_MS', 5000);
@@ -187,7 +191,8 @@ class Relay {
 
   async ack(client) {
     if (this.unacked.length === 0) return;
-    const res = await client.query('SELECT outbox_ack($1::bigint[]) AS n', [this.unacked]);
+    const res = await client.query('SELECT outbox_ack($1::bigint[], outbox => $2::regclass) AS n',
+                                   [this.unacked, OUTBOX]);
     this.counts.acked += res.rows[0].n;
     this.unacked = [];
   }
@@ -199,7 +204,7 @@ class Relay {
       this.woken = false;
       const { rows } = await client.query(
         'SELECT id, recipient, kind, tenant_id, payload, delivery_attempts' +
-        '  FROM outbox_claim($1)', [BATCH]);
+        '  FROM outbox_claim($1, outbox => $2::regclass)', [BATCH, OUTBOX]);
       if (rows.length === 0) return;
       const unpushed = [];            // claimed, never pushed
       const failed = [];              // [id, error]: retry later
@@ -229,16 +234,18 @@ class Relay {
         const res = await client.query(
           'SELECT outbox_release(ARRAY[$1::bigint],' +
           " retry_after => NULLIF($2::integer, 0) * interval '1 ms'," +
-          ' error => $3) AS n', [id, RETRY_AFTER_MS, error]);
+          ' error => $3, outbox => $4::regclass) AS n', [id, RETRY_AFTER_MS, error, OUTBOX]);
         this.counts.released += res.rows[0].n;
       }
       for (const [id, error] of refused) {
         const res = await client.query(
-          'SELECT outbox_reject(ARRAY[$1::bigint], error => $2) AS n', [id, error]);
+          'SELECT outbox_reject(ARRAY[$1::bigint], error => $2, outbox => $3::regclass) AS n',
+          [id, error, OUTBOX]);
         this.counts.rejected += res.rows[0].n;
       }
       if (unpushed.length > 0) {      // back at once, for another relay
-        const res = await client.query('SELECT outbox_release($1::bigint[]) AS n', [unpushed]);
+        const res = await client.query(
+          'SELECT outbox_release($1::bigint[], outbox => $2::regclass) AS n', [unpushed, OUTBOX]);
         this.counts.released += res.rows[0].n;
       }
       await this.ack(client);
@@ -249,7 +256,8 @@ class Relay {
   // yet falls due (0 if it is due already), or null when there is none.
   async untilNextDue(client) {
     const res = await client.query(
-      'SELECT ceil(EXTRACT(epoch FROM outbox_next_due() - clock_timestamp()) * 1000)::float8 AS ms');
+      'SELECT ceil(EXTRACT(epoch FROM outbox_next_due(outbox => $1::regclass)' +
+      '                 - clock_timestamp()) * 1000)::float8 AS ms', [OUTBOX]);
     const ms = res.rows[0].ms;
     return ms === null ? null : Math.max(ms, 0);
   }
@@ -258,7 +266,8 @@ class Relay {
     if (SWEEP_EVERY <= 0 || Date.now() < this.nextSweep) return;
     this.nextSweep = Date.now() + SWEEP_EVERY * 1000;
     const res = await client.query(
-      'SELECT outbox_reclaim(make_interval(secs => $1::float8)) AS n', [RECLAIM_AFTER]);
+      'SELECT outbox_reclaim(make_interval(secs => $1::float8), outbox => $2::regclass) AS n',
+      [RECLAIM_AFTER, OUTBOX]);
     const n = res.rows[0].n;
     if (n > 0) {
       this.counts.reclaimed += n;
@@ -292,7 +301,8 @@ class Relay {
       try {
         client = await this.connect();
         this.counts.connects += 1;
-        log(`connected (backend pid ${client.processID}), listening on ${CHANNEL}`);
+        log(`connected (backend pid ${client.processID}), listening on ${CHANNEL}, ` +
+            `outbox ${OUTBOX || "(the extension's own)"}`);
         backoff = BACKOFF_MIN_MS;
         await this.serve(client);
       } catch (caught) {

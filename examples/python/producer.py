@@ -15,8 +15,10 @@ and prints one line per transaction:
   committed order=<order id> outbox=<outbox id>
   rolled_back order=<order id> outbox=<outbox id>
 
-Connection: the libpq environment (PGHOST, PGPORT, PGDATABASE, PGUSER ...).
-RECIPIENT (default "service:billing") addresses the messages.
+Connection: the libpq environment, whole (PGHOST, PGPORT, PGDATABASE,
+PGUSER, PGOPTIONS ...).  RECIPIENT (default "service:billing") addresses the
+messages; OUTBOX names the outbox table they go to (tenant_a.delivery_outbox,
+or a name resolved by the search_path; default the extension's own).
 
 Run:  PGDATABASE=shop /usr/bin/python3 examples/python/producer.py
 """
@@ -27,6 +29,7 @@ import os
 import psycopg
 
 RECIPIENT = os.environ.get("RECIPIENT") or "service:billing"
+OUTBOX = os.environ.get("OUTBOX") or None
 
 
 class PaymentDeclined(Exception):
@@ -41,8 +44,8 @@ def place_order(conn, customer, amount_cents):
     payload = json.dumps({"order_id": order_id, "customer": customer,
                           "amount_cents": amount_cents}).encode()
     outbox_id = conn.execute(
-        "SELECT outbox_enqueue(%s, %s, %s)",
-        (RECIPIENT, "order_created", payload)).fetchone()[0]
+        "SELECT outbox_enqueue(%s, %s, %s, outbox => %s::text::regclass)",
+        (RECIPIENT, "order_created", payload, OUTBOX)).fetchone()[0]
     return order_id, outbox_id
 
 

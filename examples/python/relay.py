@@ -42,9 +42,27 @@ around it is the one README's "relay loop" describes:
 - SIGTERM/SIGINT: finish the row being pushed, give the unpushed rows of the
   batch back, ack what was pushed, close, exit 0.
 
-Connection: the libpq environment (PGHOST, PGPORT, PGDATABASE, PGUSER,
-PGPASSWORD or ~/.pgpass, PGAPPNAME, PGOPTIONS ...).  Settings (environment):
+Which outbox: OUTBOX names the table (tenant_a.delivery_outbox, or
+delivery_outbox resolved by the session's search_path); every call passes it
+as outbox => ...  Unset, the relay works the extension's own table.
 
+OUTBOX='*' serves many tenants from one process and one connection: every
+outbox listed in delivery_outbox_tables other than the extension's own
+(created or attached) that the relay's role may work (USAGE on its schema,
+UPDATE and SELECT on the table).  It LISTENs on each outbox's channel
+(OUTBOX_CHANNEL is then not used), drains every outbox on start and on
+every reconnect, and on a notification the outboxes of that channel, one
+batch per outbox in turn, so that one tenant's backlog does not hold up the
+others.  The list is read again on every reconnect and whenever a wait ends
+without a notification, so an outbox attached later is picked up within
+WAIT_MS.  Needs SELECT on delivery_outbox_tables besides the relay GRANTs.
+
+Connection: the libpq environment, whole (PGHOST, PGPORT, PGDATABASE,
+PGUSER, PGPASSWORD or ~/.pgpass, PGAPPNAME, PGOPTIONS ...: libpq reads
+it; e.g. PGOPTIONS='-c search_path=tenant_a,outbox,public').  Settings
+(environment):
+
+  OUTBOX           the outbox table, or '*'   default the extension's own
   OUTBOX_CHANNEL   channel to LISTEN on       default delivery_outbox
   BATCH            rows per claim             default 100
   WAIT_MS          longest sleep without a notification (safety net)
@@ -84,6 +102,8 @@ def env_int(name, default):
     return int(value) if value.strip() else default
 
 
+OUTBOX = os.environ.get("OUTBOX") or None
+DEFAULT_NAME = "(the extension's own)"
 CHANNEL = os.environ.get("OUTBOX_CHANNEL") or "delivery_outbox"
 BATCH = env_int("BATCH", 100)
 WAIT_MS = env_int("WAIT_MS", 5000)
@@ -141,12 +161,29 @@ def deliver(row):
 
 # --- the relay loop ---------------------------------------------------------
 
+# Every outbox the role may work, for OUTBOX='*': created or attached (not
+# the extension's own), its schema and table granted.  (A role that may not
+# work a table gets 42501 from the functions: leaving it out here keeps one
+# tenant's missing GRANT from stopping the others.)
+ALL_OUTBOXES = """
+    SELECT format('%I.%I', n.nspname, c.relname) AS outbox, t.channel
+      FROM delivery_outbox_tables t
+      JOIN pg_catalog.pg_class c ON c.oid = t.outbox
+      JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+     WHERE t.origin <> 'default'
+       AND pg_catalog.has_schema_privilege(n.oid, 'USAGE')
+       AND pg_catalog.has_table_privilege(t.outbox, 'UPDATE, SELECT')
+     ORDER BY 1"""
+
+
 class Relay:
     def __init__(self, push):
         self.push = push
         self.stopping = False
-        self.woken = False          # a notification arrived during a query
-        self.unacked = []           # pushed, ack not yet confirmed
+        self.woken = set()          # channels notified during a query
+        self.outboxes = {}          # outbox (None: the default) -> channel
+        self.unacked = {}           # outbox -> ids pushed, ack not yet confirmed
+        self.listening = []         # channels of this connection
         self.next_sweep = 0.0
         self.counts = dict(pushed=0, acked=0, released=0, failed=0,
                            rejected=0, connects=0, reclaimed=0)
@@ -177,93 +214,136 @@ class Relay:
         return conn is not None and conn.fileno() in ready
 
     def connect(self):
-        # "" = everything from the PG* environment.
+        # Only the fallback here: everything else (PGOPTIONS included) comes
+        # from the PG* environment, which libpq reads.
         conn = psycopg.connect(
             "fallback_application_name=delivery_outbox-relay-python",
             autocommit=True, row_factory=namedtuple_row)
         conn.add_notify_handler(self.on_notify)
-        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
+        self.listening = self.listen(conn, [])
         return conn
 
-    def on_notify(self, _notify):
-        self.woken = True
+    def listen(self, conn, listening):
+        """Read the outboxes to serve (OUTBOX='*') and LISTEN on their
+        channels not in listening (those this connection listens to
+        already).  Returns the channels listened to now."""
+        if OUTBOX == "*":
+            found = {r.outbox: r.channel for r in conn.execute(ALL_OUTBOXES)}
+            for name in sorted(found.keys() - self.outboxes.keys()):
+                log(f"serving {name} (channel {found[name]})")
+            for name in sorted(self.outboxes.keys() - found.keys()):
+                log(f"no longer serving {name}")
+            self.outboxes = found
+        else:
+            self.outboxes = {OUTBOX: CHANNEL}
+        channels = sorted(set(self.outboxes.values()))
+        for channel in channels:
+            if channel not in listening:
+                conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        return channels
+
+    def on_notify(self, notify):
+        self.woken.add(notify.channel)
 
     def ack(self, conn):
-        if self.unacked:
-            n = conn.execute("SELECT outbox_ack(%s::bigint[]) AS n",
-                             (self.unacked,)).fetchone().n
+        for outbox, ids in list(self.unacked.items()):
+            n = conn.execute(
+                "SELECT outbox_ack(%s::bigint[], outbox => %s::text::regclass) AS n",
+                (ids, outbox)).fetchone().n
             self.counts["acked"] += n
-            self.unacked = []
+            del self.unacked[outbox]
 
-    def drain(self, conn):
-        """Claim, push, release failures, reject refusals, ack; until
-        nothing is claimable."""
-        while not self.stopping:
-            self.woken = False
-            rows = conn.execute(
-                "SELECT id, recipient, kind, tenant_id, payload,"
-                "       delivery_attempts"
-                "  FROM outbox_claim(%s)", (BATCH,)).fetchall()
-            if not rows:
-                return
-            unpushed = []                  # claimed, never pushed
-            failed = []                    # (id, error): retry later
-            refused = []                   # (id, error): dead-letter
-            for row in rows:
-                if self.stopping:          # shutting down: not pushed
-                    unpushed.append(row.id)
-                    continue
-                try:
-                    self.push(row)
-                except PushRefused as e:
-                    log(f"push refused: id {row.id} to {row.recipient}: {e}")
-                    refused.append((row.id, str(e)))
-                except Exception as e:     # noqa: BLE001 -- any push error
-                    log(f"push failed: id {row.id} to {row.recipient}: {e}")
-                    self.counts["failed"] += 1
-                    failed.append((row.id, str(e)))
-                else:
-                    self.counts["pushed"] += 1
-                    self.unacked.append(row.id)
-            # One call per row: each keeps its own error in last_error.
-            for row_id, error in failed:
-                self.counts["released"] += conn.execute(
-                    "SELECT outbox_release(ARRAY[%s::bigint],"
-                    " retry_after => NULLIF(%s::integer, 0) * interval '1 ms',"
-                    " error => %s) AS n",
-                    (row_id, RETRY_AFTER_MS, error)).fetchone().n
-            for row_id, error in refused:
-                self.counts["rejected"] += conn.execute(
-                    "SELECT outbox_reject(ARRAY[%s::bigint], error => %s) AS n",
-                    (row_id, error)).fetchone().n
-            if unpushed:                   # back at once, for another relay
-                self.counts["released"] += conn.execute(
-                    "SELECT outbox_release(%s::bigint[]) AS n",
-                    (unpushed,)).fetchone().n
-            self.ack(conn)
+    def drain(self, conn, channels=None):
+        """One batch from each outbox (of the channels given; all if None)
+        in turn until nothing is claimable in any of them."""
+        todo = [o for o, c in sorted(self.outboxes.items(), key=lambda i: i[0] or "")
+                if channels is None or c in channels]
+        self.woken.clear()
+        while todo and not self.stopping:
+            todo = [o for o in todo if self.drain_batch(conn, o)]
+            # notified meanwhile: those outboxes get another turn
+            for o, c in self.outboxes.items():
+                if c in self.woken and o not in todo:
+                    todo.append(o)
+            self.woken.clear()
+
+    def drain_batch(self, conn, outbox):
+        """Claim one batch, push, release failures, reject refusals, ack.
+        True if rows were claimed."""
+        rows = conn.execute(
+            "SELECT id, recipient, kind, tenant_id, payload,"
+            "       delivery_attempts"
+            "  FROM outbox_claim(%s, outbox => %s::text::regclass)",
+            (BATCH, outbox)).fetchall()
+        if not rows:
+            return False
+        unpushed = []                  # claimed, never pushed
+        failed = []                    # (id, error): retry later
+        refused = []                   # (id, error): dead-letter
+        for row in rows:
+            if self.stopping:          # shutting down: not pushed
+                unpushed.append(row.id)
+                continue
+            try:
+                self.push(row)
+            except PushRefused as e:
+                log(f"push refused: id {row.id} to {row.recipient}: {e}")
+                refused.append((row.id, str(e)))
+            except Exception as e:     # noqa: BLE001 -- any push error
+                log(f"push failed: id {row.id} to {row.recipient}: {e}")
+                self.counts["failed"] += 1
+                failed.append((row.id, str(e)))
+            else:
+                self.counts["pushed"] += 1
+                self.unacked.setdefault(outbox, []).append(row.id)
+        # One call per row: each keeps its own error in last_error.
+        for row_id, error in failed:
+            self.counts["released"] += conn.execute(
+                "SELECT outbox_release(ARRAY[%s::bigint],"
+                " retry_after => NULLIF(%s::integer, 0) * interval '1 ms',"
+                " error => %s, outbox => %s::text::regclass) AS n",
+                (row_id, RETRY_AFTER_MS, error, outbox)).fetchone().n
+        for row_id, error in refused:
+            self.counts["rejected"] += conn.execute(
+                "SELECT outbox_reject(ARRAY[%s::bigint], error => %s,"
+                " outbox => %s::text::regclass) AS n",
+                (row_id, error, outbox)).fetchone().n
+        if unpushed:                   # back at once, for another relay
+            self.counts["released"] += conn.execute(
+                "SELECT outbox_release(%s::bigint[], outbox => %s::text::regclass) AS n",
+                (unpushed, outbox)).fetchone().n
+        self.ack(conn)
+        return True
 
     def sweep(self, conn):
         if SWEEP_EVERY <= 0 or time.monotonic() < self.next_sweep:
             return
         self.next_sweep = time.monotonic() + SWEEP_EVERY
-        n = conn.execute("SELECT outbox_reclaim(make_interval(secs => %s::float8)) AS n",
-                         (RECLAIM_AFTER,)).fetchone().n
-        if n:
-            self.counts["reclaimed"] += n
-            log(f"sweep: {n} rows delivered more than {RECLAIM_AFTER} s ago "
-                f"and never acked are pending again")
+        for outbox in sorted(self.outboxes, key=lambda o: o or ""):
+            n = conn.execute(
+                "SELECT outbox_reclaim(make_interval(secs => %s::float8),"
+                " outbox => %s::text::regclass) AS n",
+                (RECLAIM_AFTER, outbox)).fetchone().n
+            if n:
+                self.counts["reclaimed"] += n
+                log(f"sweep: {n} rows of {outbox or DEFAULT_NAME} delivered more "
+                    f"than {RECLAIM_AFTER} s ago and never acked are pending again")
 
     def wait(self, conn):
         """Sleep until a notification, a signal, the next sweep, the next
-        row falling due or WAIT_MS."""
+        row falling due or WAIT_MS.  Returns the channels notified, or None
+        when the sleep ended for another reason (then every outbox is
+        drained)."""
         # Milliseconds until the earliest row that is pending but not
-        # claimable yet falls due; NULL when there is none.
+        # claimable yet falls due, in any outbox served; NULL when there is
+        # none.
         due_ms = conn.execute(
-            "SELECT ceil(EXTRACT(epoch FROM outbox_next_due()"
-            "                               - clock_timestamp()) * 1000)::bigint"
-            "  AS ms").fetchone().ms
+            "SELECT ceil(EXTRACT(epoch FROM min(outbox_next_due(outbox => o::regclass))"
+            "                               - clock_timestamp()) * 1000)::bigint AS ms"
+            "  FROM unnest(%s::text[]) o",
+            ([o for o in self.outboxes],)).fetchone().ms
         if self.woken:
-            return
+            return set(self.woken)
         timeout = WAIT_MS / 1000.0
         if due_ms is not None:
             timeout = min(timeout, max(due_ms, 0) / 1000.0)
@@ -273,21 +353,25 @@ class Relay:
             # Read what arrived; raises OperationalError if the connection
             # is gone.  The payloads (row ids) are not needed: we drain.
             conn.pgconn.consume_input()
-            while conn.pgconn.notifies() is not None:
-                pass
+            while (n := conn.pgconn.notifies()) is not None:
+                self.woken.add(n.relname.decode())
             if conn.broken or conn.pgconn.status != psycopg.pq.ConnStatus.OK:
                 raise psycopg.OperationalError("connection lost")
+        return set(self.woken) if self.woken else None
 
     def serve(self, conn):
         if self.unacked:
-            n = len(self.unacked)
+            n = sum(len(ids) for ids in self.unacked.values())
             self.ack(conn)
             log(f"acked {n} rows pushed before the connection was lost")
         self.drain(conn)
         while not self.stopping:
-            self.wait(conn)
+            channels = self.wait(conn)
+            if channels is None and OUTBOX == "*":
+                # no notification: look for outboxes attached meanwhile
+                self.listening = self.listen(conn, self.listening)
             self.sweep(conn)
-            self.drain(conn)
+            self.drain(conn, channels)
 
     def run(self):
         backoff = BACKOFF_MIN_MS
@@ -297,7 +381,9 @@ class Relay:
                 conn = self.connect()
                 self.counts["connects"] += 1
                 log(f"connected (backend pid {conn.info.backend_pid}), "
-                    f"listening on {CHANNEL}")
+                    f"listening on {', '.join(self.listening) or '(nothing)'}, "
+                    f"outbox {OUTBOX or DEFAULT_NAME}"
+                    + (f": {len(self.outboxes)} outboxes" if OUTBOX == "*" else ""))
                 backoff = BACKOFF_MIN_MS
                 self.serve(conn)
             except psycopg.Error as e:
@@ -313,7 +399,7 @@ class Relay:
             self.sleep(delay / 1000.0)
             backoff = min(backoff * 2, BACKOFF_MAX_MS)
         if self.unacked:
-            log(f"{len(self.unacked)} pushed rows could not be acked; the "
+            log(f"{sum(len(i) for i in self.unacked.values())} pushed rows could not be acked; the "
                 f"sweep (outbox_reclaim) will redeliver them")
         log("stopped: " + ", ".join(f"{k} {v}" for k, v in self.counts.items()))
         return 0

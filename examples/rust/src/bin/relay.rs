@@ -37,9 +37,26 @@
 //! - SIGTERM/SIGINT: finish the row being pushed, give the unpushed rows of
 //!   the batch back, ack what was pushed, exit 0.
 //!
-//! Connection: the libpq environment (see lib.rs).  Settings
-//! (environment): OUTBOX (the outbox table; default the extension's),
-//! OUTBOX_CHANNEL (delivery_outbox), BATCH (100), WAIT_MS (5000),
+//! Which outbox: OUTBOX names the table (tenant_a.delivery_outbox, or
+//! delivery_outbox resolved by the session's search_path, e.g.
+//! PGOPTIONS='-c search_path=tenant_a,outbox,public'); every call passes it
+//! as outbox => ...  Unset, the relay works the extension's own table.
+//!
+//! OUTBOX='*' serves many tenants from one process and one connection:
+//! every outbox listed in delivery_outbox_tables other than the extension's
+//! own (created or attached) that the relay's role may work (USAGE on its
+//! schema, UPDATE and SELECT on the table).  It LISTENs on each outbox's
+//! channel (OUTBOX_CHANNEL is then not used), drains every outbox on start
+//! and on every reconnect, and on a notification the outboxes of that
+//! channel, one batch per outbox in turn, so that one tenant's backlog
+//! does not hold up the others.  The list is read again on every reconnect
+//! and whenever a wait ends without a notification, so an outbox attached
+//! later is picked up within WAIT_MS.  Needs SELECT on
+//! delivery_outbox_tables besides the relay GRANTs.
+//!
+//! Connection: the libpq environment (see lib.rs: PGOPTIONS included).
+//! Settings (environment): OUTBOX (the outbox table, or '*'; default the
+//! extension's), OUTBOX_CHANNEL (delivery_outbox), BATCH (100), WAIT_MS (5000),
 //! SWEEP_EVERY (30 s, 0 = never), RECLAIM_AFTER (60 s), RETRY_AFTER_MS
 //! (1000: retry_after of a failed push; 0 = none, the outbox's backoff_base
 //! decides), BACKOFF_MIN_MS (100), BACKOFF_MAX_MS (30000); test hooks:
@@ -50,6 +67,7 @@
 //! Each successful push prints "recipient id" on stdout; the log goes to
 //! stderr.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::error::Error;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -64,8 +82,29 @@ use tokio_postgres::{AsyncMessage, Client, NoTls};
 
 type Result<T> = std::result::Result<T, Box<dyn Error>>;
 
+/// An outbox served: its name (None: the extension's own) and channel.
+type Outboxes = BTreeMap<Option<String>, String>;
+
+/// Ids pushed but not acked yet, per outbox.
+type Unacked = BTreeMap<Option<String>, Vec<i64>>;
+
+/// Every outbox the role may work, for OUTBOX='*': created or attached (not
+/// the extension's own), its schema and table granted.  (A role that may
+/// not work a table gets 42501 from the functions: leaving it out here keeps
+/// one tenant's missing GRANT from stopping the others.)
+const ALL_OUTBOXES: &str = "
+    SELECT format('%I.%I', n.nspname, c.relname), t.channel
+      FROM delivery_outbox_tables t
+      JOIN pg_catalog.pg_class c ON c.oid = t.outbox
+      JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+     WHERE t.origin <> 'default'
+       AND pg_catalog.has_schema_privilege(n.oid, 'USAGE')
+       AND pg_catalog.has_table_privilege(t.outbox, 'UPDATE, SELECT')
+     ORDER BY 1";
+
 struct Settings {
     outbox: Option<String>,
+    all: bool,
     channel: String,
     batch: i32,
     wait: Duration,
@@ -157,30 +196,38 @@ async fn deliver(s: &Settings, stats: &mut Stats, row: &Row) -> std::result::Res
     Ok(())
 }
 
-async fn ack(client: &Client, s: &Settings, stats: &mut Stats, ids: &[i64]) -> Result<()> {
-    if ids.is_empty() {
-        return Ok(());
+/// Ack every pushed id, outbox by outbox; an outbox's ids are forgotten
+/// once its ack went through.
+async fn ack(client: &Client, stats: &mut Stats, unacked: &mut Unacked) -> Result<()> {
+    while let Some((outbox, ids)) = unacked.iter().next() {
+        let n: i32 = client
+            .query_one(
+                "SELECT outbox_ack($1::bigint[], outbox => $2::text::regclass)",
+                &[ids, outbox],
+            )
+            .await?
+            .get(0);
+        stats.acked += n as u64;
+        let outbox = outbox.clone();
+        unacked.remove(&outbox);
     }
-    let n: i32 = client
-        .query_one(
-            "SELECT outbox_ack($1::bigint[], outbox => $2::text::regclass)",
-            &[&ids, &s.outbox],
-        )
-        .await?
-        .get(0);
-    stats.acked += n as u64;
     Ok(())
 }
 
 /// Give claimed rows back at once (not pushed: shutting down).
-async fn release(client: &Client, s: &Settings, stats: &mut Stats, ids: &[i64]) -> Result<()> {
+async fn release(
+    client: &Client,
+    outbox: &Option<String>,
+    stats: &mut Stats,
+    ids: &[i64],
+) -> Result<()> {
     if ids.is_empty() {
         return Ok(());
     }
     let n: i32 = client
         .query_one(
             "SELECT outbox_release($1::bigint[], outbox => $2::text::regclass)",
-            &[&ids, &s.outbox],
+            &[&ids, outbox],
         )
         .await?
         .get(0);
@@ -194,6 +241,7 @@ async fn release(client: &Client, s: &Settings, stats: &mut Stats, ids: &[i64]) 
 async fn settle(
     client: &Client,
     s: &Settings,
+    outbox: &Option<String>,
     stats: &mut Stats,
     id: i64,
     push: &Push,
@@ -205,7 +253,7 @@ async fn settle(
                     "SELECT outbox_release(ARRAY[$1::bigint],
                                            retry_after => NULLIF($2::integer, 0) * interval '1 ms',
                                            error => $3::text, outbox => $4::text::regclass)",
-                    &[&id, &s.retry_after_ms, error, &s.outbox],
+                    &[&id, &s.retry_after_ms, error, outbox],
                 )
                 .await?
                 .get(0);
@@ -216,7 +264,7 @@ async fn settle(
                 .query_one(
                     "SELECT outbox_reject(ARRAY[$1::bigint], error => $2::text,
                                           outbox => $3::text::regclass)",
-                    &[&id, error, &s.outbox],
+                    &[&id, error, outbox],
                 )
                 .await?
                 .get(0);
@@ -226,78 +274,162 @@ async fn settle(
     Ok(())
 }
 
-/// How long until the earliest row that is pending but not claimable yet
-/// falls due (zero if due already), or None when there is none.
-async fn until_next_due(client: &Client, s: &Settings) -> Result<Option<Duration>> {
+/// How long until the earliest row, in any outbox served, that is pending
+/// but not claimable yet falls due (zero if due already), or None when
+/// there is none.
+async fn until_next_due(client: &Client, outboxes: &Outboxes) -> Result<Option<Duration>> {
+    let names: Vec<Option<String>> = outboxes.keys().cloned().collect();
     let ms: Option<f64> = client
         .query_one(
-            "SELECT ceil(EXTRACT(epoch FROM outbox_next_due(outbox => $1::text::regclass)
-                                            - clock_timestamp()) * 1000)::float8",
-            &[&s.outbox],
+            "SELECT ceil(EXTRACT(epoch FROM min(outbox_next_due(outbox => o::regclass))
+                                            - clock_timestamp()) * 1000)::float8
+               FROM unnest($1::text[]) o",
+            &[&names],
         )
         .await?
         .get(0);
     Ok(ms.map(|ms| Duration::from_millis(ms.max(0.0) as u64)))
 }
 
-/// Claim, push, release, reject and ack until a claim comes back empty (or
-/// a stop is requested).  `unacked` holds ids pushed but not acked yet.
+/// The outboxes to serve: the one of OUTBOX, or for OUTBOX='*' every one
+/// the role may work (logging those that came or went).
+async fn outboxes(client: &Client, s: &Settings, before: &Outboxes) -> Result<Outboxes> {
+    if !s.all {
+        return Ok(BTreeMap::from([(s.outbox.clone(), s.channel.clone())]));
+    }
+    let mut found = Outboxes::new();
+    for row in client.query(ALL_OUTBOXES, &[]).await? {
+        found.insert(Some(row.get(0)), row.get(1));
+    }
+    for (name, channel) in &found {
+        if !before.contains_key(name) {
+            log(&format!(
+                "serving {} (channel {})",
+                name.as_deref().unwrap_or(""),
+                channel
+            ));
+        }
+    }
+    for name in before.keys() {
+        if !found.contains_key(name) {
+            log(&format!(
+                "no longer serving {}",
+                name.as_deref().unwrap_or("")
+            ));
+        }
+    }
+    Ok(found)
+}
+
+/// LISTEN on the channels of outboxes not in `listening`; adds them there.
+async fn listen(
+    client: &Client,
+    outboxes: &Outboxes,
+    listening: &mut BTreeSet<String>,
+) -> Result<()> {
+    for channel in outboxes.values() {
+        if listening.insert(channel.clone()) {
+            client
+                .batch_execute(&format!("LISTEN \"{}\"", channel.replace('"', "\"\"")))
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+/// One batch from each outbox (of the channels notified; all if None) in
+/// turn until nothing is claimable in any of them, or a stop is requested.
+/// An outbox whose channel is notified meanwhile gets another turn.
 async fn drain(
     client: &Client,
     s: &Settings,
+    outboxes: &Outboxes,
+    channels: Option<&BTreeSet<String>>,
+    wakeups: &mut mpsc::UnboundedReceiver<String>,
     stats: &mut Stats,
-    unacked: &mut Vec<i64>,
+    unacked: &mut Unacked,
     stop: &Stop,
 ) -> Result<()> {
-    while !stop.requested() {
-        let rows = client
-            .query(
-                "SELECT id, recipient, payload, delivery_attempts
-                   FROM outbox_claim($1::integer, outbox => $2::text::regclass)",
-                &[&s.batch, &s.outbox],
-            )
-            .await?;
-        if rows.is_empty() {
-            return Ok(());
-        }
-        let mut unpushed = Vec::new();
-        for row in &rows {
-            let row = Row {
-                id: row.get(0),
-                recipient: row.get(1),
-                payload: row.get(2),
-                delivery_attempts: row.get(3),
-            };
-            if stop.requested() {
-                unpushed.push(row.id);
-                continue;
+    let mut todo: Vec<Option<String>> = outboxes
+        .iter()
+        .filter(|(_, c)| channels.map_or(true, |chs| chs.contains(*c)))
+        .map(|(o, _)| o.clone())
+        .collect();
+    while !todo.is_empty() && !stop.requested() {
+        let mut next = Vec::new();
+        for outbox in &todo {
+            if drain_batch(client, s, outbox, stats, unacked, stop).await? {
+                next.push(outbox.clone());
             }
-            match deliver(s, stats, &row).await {
-                Ok(()) => {
-                    stats.pushed += 1;
-                    unacked.push(row.id);
-                }
-                Err(push) => {
-                    let (what, error) = match &push {
-                        Push::Failed(e) => {
-                            stats.failed += 1;
-                            ("failed", e)
-                        }
-                        Push::Refused(e) => ("refused", e),
-                    };
-                    log(&format!(
-                        "push {}: id {} to {}: {}",
-                        what, row.id, row.recipient, error
-                    ));
-                    settle(client, s, stats, row.id, &push).await?;
+        }
+        while let Ok(channel) = wakeups.try_recv() {
+            for (o, c) in outboxes {
+                if *c == channel && !next.contains(o) {
+                    next.push(o.clone());
                 }
             }
         }
-        release(client, s, stats, &unpushed).await?;
-        ack(client, s, stats, unacked).await?;
-        unacked.clear();
+        todo = next;
     }
     Ok(())
+}
+
+/// Claim one batch of an outbox, push, release, reject and ack.  True if
+/// rows were claimed.
+async fn drain_batch(
+    client: &Client,
+    s: &Settings,
+    outbox: &Option<String>,
+    stats: &mut Stats,
+    unacked: &mut Unacked,
+    stop: &Stop,
+) -> Result<bool> {
+    let rows = client
+        .query(
+            "SELECT id, recipient, payload, delivery_attempts
+               FROM outbox_claim($1::integer, outbox => $2::text::regclass)",
+            &[&s.batch, outbox],
+        )
+        .await?;
+    if rows.is_empty() {
+        return Ok(false);
+    }
+    let mut unpushed = Vec::new();
+    for row in &rows {
+        let row = Row {
+            id: row.get(0),
+            recipient: row.get(1),
+            payload: row.get(2),
+            delivery_attempts: row.get(3),
+        };
+        if stop.requested() {
+            unpushed.push(row.id);
+            continue;
+        }
+        match deliver(s, stats, &row).await {
+            Ok(()) => {
+                stats.pushed += 1;
+                unacked.entry(outbox.clone()).or_default().push(row.id);
+            }
+            Err(push) => {
+                let (what, error) = match &push {
+                    Push::Failed(e) => {
+                        stats.failed += 1;
+                        ("failed", e)
+                    }
+                    Push::Refused(e) => ("refused", e),
+                };
+                log(&format!(
+                    "push {}: id {} to {}: {}",
+                    what, row.id, row.recipient, error
+                ));
+                settle(client, s, outbox, stats, row.id, &push).await?;
+            }
+        }
+    }
+    release(client, outbox, stats, &unpushed).await?;
+    ack(client, stats, unacked).await?;
+    Ok(true)
 }
 
 /// One connection's life: Ok when a stop was requested, Err when the
@@ -305,22 +437,21 @@ async fn drain(
 async fn session(
     s: &Settings,
     stats: &mut Stats,
-    unacked: &mut Vec<i64>,
+    unacked: &mut Unacked,
+    served: &mut Outboxes,
     stop: &Stop,
     backoff_ms: &mut u64,
 ) -> Result<()> {
-    let (client, mut connection) = config("delivery_outbox-relay-rust")
-        .connect(NoTls)
-        .await?;
-    // The connection runs in its own task and forwards notifications; the
-    // channel closes when the connection ends.
+    let (client, mut connection) = config("delivery_outbox-relay-rust").connect(NoTls).await?;
+    // The connection runs in its own task and forwards the channels of
+    // notifications; the channel closes when the connection ends.
     let (tx, mut wakeups) = mpsc::unbounded_channel();
     tokio::spawn(async move {
         let mut messages = stream::poll_fn(move |cx| connection.poll_message(cx));
         while let Some(message) = messages.next().await {
             match message {
-                Ok(AsyncMessage::Notification(_)) => {
-                    let _ = tx.send(());
+                Ok(AsyncMessage::Notification(n)) => {
+                    let _ = tx.send(n.channel().to_string());
                 }
                 Ok(_) => {}
                 Err(e) => {
@@ -330,51 +461,95 @@ async fn session(
             }
         }
     });
-    client
-        .batch_execute(&format!("LISTEN \"{}\"", s.channel.replace('"', "\"\"")))
-        .await?;
+    let mut listening = BTreeSet::new();
+    *served = outboxes(&client, s, served).await?;
+    listen(&client, served, &mut listening).await?;
     stats.connects += 1;
     *backoff_ms = s.backoff_min_ms;
-    log(&format!("connected, listening on {}", s.channel));
+    log(&format!(
+        "connected, listening on {}, outbox {}{}",
+        listening.iter().cloned().collect::<Vec<_>>().join(", "),
+        s.outbox.as_deref().unwrap_or("(the extension's own)"),
+        if s.all {
+            format!(": {} outboxes", served.len())
+        } else {
+            String::new()
+        }
+    ));
 
     // pushed before the connection broke: a late ack still counts
-    ack(&client, s, stats, unacked).await?;
-    unacked.clear();
+    ack(&client, stats, unacked).await?;
 
     let mut last_sweep = Instant::now();
+    // None: drain every outbox (start, reconnect, a wait without a
+    // notification); else those of the channels notified
+    let mut channels: Option<BTreeSet<String>> = None;
     loop {
-        drain(&client, s, stats, unacked, stop).await?;
+        drain(
+            &client,
+            s,
+            served,
+            channels.as_ref(),
+            &mut wakeups,
+            stats,
+            unacked,
+            stop,
+        )
+        .await?;
         if stop.requested() {
             return Ok(());
         }
         if !s.sweep_every.is_zero() && last_sweep.elapsed() >= s.sweep_every {
             last_sweep = Instant::now();
-            let n: i32 = client
-                .query_one(
-                    "SELECT outbox_reclaim(pg_catalog.make_interval(secs => $1::float8),
-                                           outbox => $2::text::regclass)",
-                    &[&s.reclaim_after, &s.outbox],
-                )
-                .await?
-                .get(0);
-            if n > 0 {
-                stats.reclaimed += n as u64;
-                log(&format!("reclaimed {} rows", n));
+            let mut reclaimed = 0;
+            for outbox in served.keys() {
+                let n: i32 = client
+                    .query_one(
+                        "SELECT outbox_reclaim(pg_catalog.make_interval(secs => $1::float8),
+                                               outbox => $2::text::regclass)",
+                        &[&s.reclaim_after, outbox],
+                    )
+                    .await?
+                    .get(0);
+                if n > 0 {
+                    log(&format!(
+                        "reclaimed {} rows of {}",
+                        n,
+                        outbox.as_deref().unwrap_or("(the extension's own)")
+                    ));
+                }
+                reclaimed += n as u64;
+            }
+            if reclaimed > 0 {
+                stats.reclaimed += reclaimed;
+                channels = None;
                 continue;
             }
         }
-        let wait = match until_next_due(&client, s).await? {
+        let wait = match until_next_due(&client, served).await? {
             Some(due) => due.min(s.wait),
             None => s.wait,
         };
         tokio::select! {
             wakeup = wakeups.recv() => {
-                if wakeup.is_none() {
-                    return Err("connection closed".into());
+                let first = match wakeup {
+                    Some(channel) => channel,
+                    None => return Err("connection closed".into()),
+                };
+                let mut notified = BTreeSet::from([first]);
+                while let Ok(channel) = wakeups.try_recv() {
+                    notified.insert(channel);
                 }
-                while wakeups.try_recv().is_ok() {}
+                channels = Some(notified);
             }
-            _ = tokio::time::sleep(wait) => {}
+            _ = tokio::time::sleep(wait) => {
+                // no notification: look for outboxes attached meanwhile
+                if s.all {
+                    *served = outboxes(&client, s, served).await?;
+                    listen(&client, served, &mut listening).await?;
+                }
+                channels = None;
+            }
             _ = stop.notify.notified() => return Ok(()),
         }
     }
@@ -384,6 +559,7 @@ async fn session(
 async fn main() {
     let s = Settings {
         outbox: std::env::var("OUTBOX").ok().filter(|o| !o.is_empty()),
+        all: std::env::var("OUTBOX").as_deref() == Ok("*"),
         channel: setting("OUTBOX_CHANNEL", "delivery_outbox".to_string()),
         batch: setting("BATCH", 100),
         wait: Duration::from_millis(setting("WAIT_MS", 5000)),
@@ -417,10 +593,20 @@ async fn main() {
     }
 
     let mut stats = Stats::default();
-    let mut unacked = Vec::new();
+    let mut unacked = Unacked::new();
+    let mut served = Outboxes::new();
     let mut backoff_ms = s.backoff_min_ms;
     while !stop.requested() {
-        match session(&s, &mut stats, &mut unacked, &stop, &mut backoff_ms).await {
+        match session(
+            &s,
+            &mut stats,
+            &mut unacked,
+            &mut served,
+            &stop,
+            &mut backoff_ms,
+        )
+        .await
+        {
             Ok(()) => break,
             Err(e) => log(&format!("connection lost: {}", e)),
         }
