@@ -480,7 +480,7 @@ run_policy()
         fi
     else
         nok "$lang: the released row is pushed again after retry_after and acked"
-        q "$db" "SELECT * FROM outbox_stats()" | sed 's/^/# /'
+        q "$db" "SELECT * FROM outbox_stats('$RUN_OUTBOX')" | sed 's/^/# /'
         show "$err"
     fi
 
@@ -835,7 +835,7 @@ SQL
         ok "$lang: the $quarter rows enqueued while it was disconnected were drained after reconnecting"
     else
         nok "$lang: the $quarter rows enqueued while it was disconnected were drained after reconnecting"
-        q "$db" "SELECT * FROM outbox_stats()" | sed 's/^/# /'
+        q "$db" "SELECT * FROM outbox_stats('$RUN_OUTBOX')" | sed 's/^/# /'
     fi
 
     # The rest, in small transactions: woken by NOTIFY.
@@ -851,7 +851,7 @@ SQL
         ok "$lang: all $ROWS rows acked"
     else
         nok "$lang: all $ROWS rows acked within ${TIMEOUT}s"
-        q "$db" "SELECT * FROM outbox_stats()" | sed 's/^/# /'
+        q "$db" "SELECT * FROM outbox_stats('$RUN_OUTBOX')" | sed 's/^/# /'
         show "$err"
     fi
 
@@ -873,7 +873,7 @@ SQL
     dups=$((n_lines - n_unique))
     missing=$(comm -23 "$dir/expected.txt" "$dir/got_unique.txt" | wc -l)
     extra=$(comm -13 "$dir/expected.txt" "$dir/got_unique.txt" | wc -l)
-    failures=$(grep -c 'push failed' "$err")
+    failures=$(grep -c 'push failed: id [0-9]* to agent:' "$err")
     n_acked=$(q "$db" "SELECT count(*) FROM delivery_outbox WHERE delivery_state = 'acked' AND $agents")
     diag "$lang: recipients got $n_lines pushes of $ROWS rows: $dups duplicates (at-least-once), $failures injected push failures released and retried"
     if [ "$missing" -eq 0 ] && [ "$extra" -eq 0 ] && [ "$n_unique" -eq "$ROWS" ] &&
@@ -931,6 +931,166 @@ SQL
 
     dt=$((SECONDS - t0))
     diag "$lang: ${dt}s"
+    if [ "${EXAMPLES_KEEP:-0}" != 1 ] && [ "$FAILED" -eq "$failed_before" ]; then
+        q "$ADMIN_DB" "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1
+    fi
+}
+
+# --- one relay for many tenants ---------------------------------------------
+
+# run_multi LANG: the relay of LANG (python, rust) with OUTBOX='*' as a
+# relay role granted three tenants' tables (and SELECT on
+# delivery_outbox_tables), in a database with a fourth tenant it is not
+# granted and the extension's own outbox: one process, one connection,
+# every granted tenant's rows pushed and acked; a tenant attached while it
+# runs is picked up; the others are untouched.
+run_multi()
+{
+    local lang=$1 db=examples_multi_$1 app=examples-multi-$1 dir=$WORK/multi-$1
+    local out err pid1 pid2 t sessions max_sessions=0 got missing extra round
+    local failed_before=$FAILED
+    local -x PGOPTIONS='-c search_path=outbox,public'
+    out=$dir/recipients.txt
+    err=$dir/relay.log
+    mkdir -p "$dir" "$WORK/$lang"
+    if ! prepare "$lang"; then
+        nok "multi-$lang: example prepared"
+        show "$WORK/$lang/prepare.log"
+        return
+    fi
+    if ! {
+        q "$ADMIN_DB" "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null &&
+        q "$ADMIN_DB" "CREATE DATABASE $db" >/dev/null &&
+        {
+            echo "CREATE SCHEMA outbox;"
+            echo "CREATE EXTENSION delivery_outbox SCHEMA outbox;"
+            echo "SELECT count(outbox.outbox_enqueue('default:untouched', 'work', '\\x00')) FROM generate_series(1, 3);"
+            for t in a b c x; do
+                echo "CREATE SCHEMA tenant_$t;"
+                seed_ddl "tenant_$t"
+                seed_rows "tenant_$t" "$t:seed:" 3 2 2 1
+                adopt "tenant_$t"
+            done
+            # tenant_d: a seed table, attached while the relay runs
+            echo "CREATE SCHEMA tenant_d;"
+            seed_ddl tenant_d
+            seed_rows tenant_d d:seed: 3 0 0 0
+            make_role
+            relay_grants tenant_a tenant_b tenant_c tenant_d
+            echo "GRANT SELECT ON outbox.delivery_outbox_tables TO $ROLE;"
+        } | psql -X -q -v ON_ERROR_STOP=1 -d "$db"
+    } >"$dir/setup.log" 2>&1; then
+        nok "multi-$lang: database $db with four tenants' adopted seed tables, three granted to the relay role"
+        show "$dir/setup.log"
+        return
+    fi
+    ok "multi-$lang: database $db: tenants a, b, c adopted and granted to the relay role, tenant x adopted and not granted, tenant d's seed table not attached yet"
+
+    relay_cmd "$lang"
+    env PGDATABASE="$db" PGUSER="$ROLE" PGAPPNAME="$app" OUTBOX='*' \
+        BATCH=5 WAIT_MS=1000 SWEEP_EVERY=2 RECLAIM_AFTER=2 PUSH_DELAY_MS=2 \
+        BACKOFF_MIN_MS=100 BACKOFF_MAX_MS=400 \
+        "${RELAY[@]}" >"$out" 2>"$err" &
+    RELAY_PID=$!
+    local relay_sql="SELECT pid FROM pg_stat_activity
+                      WHERE datname = '$db' AND application_name = '$app'"
+    # the seed's pending rows of a, b and c: drained on start
+    if wait_until "$TIMEOUT" "$db" "SELECT (SELECT count(*) FROM tenant_a.delivery_outbox WHERE recipient IN ('a:seed:p', 'a:seed:r') AND delivery_state = 'acked')
+                                        + (SELECT count(*) FROM tenant_b.delivery_outbox WHERE recipient IN ('b:seed:p', 'b:seed:r') AND delivery_state = 'acked')
+                                        + (SELECT count(*) FROM tenant_c.delivery_outbox WHERE recipient IN ('c:seed:p', 'c:seed:r') AND delivery_state = 'acked') = 12"; then
+        ok "multi-$lang: on start, the pending seed rows of tenants a, b and c were drained and acked"
+    else
+        nok "multi-$lang: on start, the pending seed rows of tenants a, b and c were drained and acked"
+        show "$err"
+        stop_relay
+        return
+    fi
+
+    # rows arriving in all three, in small transactions (woken by NOTIFY)
+    for round in $(seq 8); do
+        for t in a b c; do
+            q "$db" "SELECT count(outbox_enqueue('$t:agent:' || (g % 3), 'work', '\\x01',
+                                                 outbox => 'tenant_$t.delivery_outbox'))
+                       FROM generate_series(1, 4) g" >/dev/null
+        done
+        sessions=$(q "$ADMIN_DB" "SELECT count(*) FROM ($relay_sql) s")
+        [ "${sessions:-0}" -gt "$max_sessions" ] && max_sessions=$sessions
+        sleep 0.1
+    done
+
+    # cut its connection and keep it out while rows arrive: drained on
+    # reconnect, without a notification
+    pid1=$(q "$ADMIN_DB" "$relay_sql")
+    q "$ADMIN_DB" "REVOKE CONNECT ON DATABASE $db FROM PUBLIC" >/dev/null
+    q "$ADMIN_DB" "SELECT pg_terminate_backend($pid1)" >/dev/null
+    for t in a b c; do
+        q "$db" "SELECT count(outbox_enqueue('$t:away', 'work', '\\x02', outbox => 'tenant_$t.delivery_outbox'))
+                   FROM generate_series(1, 5)" >/dev/null
+    done
+    sleep 0.6
+    q "$ADMIN_DB" "GRANT CONNECT ON DATABASE $db TO PUBLIC" >/dev/null
+    if wait_until "$TIMEOUT" "$db" "SELECT (SELECT count(*) FROM tenant_a.delivery_outbox WHERE recipient = 'a:away' AND delivery_state = 'acked')
+                                        + (SELECT count(*) FROM tenant_b.delivery_outbox WHERE recipient = 'b:away' AND delivery_state = 'acked')
+                                        + (SELECT count(*) FROM tenant_c.delivery_outbox WHERE recipient = 'c:away' AND delivery_state = 'acked') = 15"; then
+        pid2=$(q "$ADMIN_DB" "$relay_sql")
+        ok "multi-$lang: after pg_terminate_backend (backend $pid1 -> $pid2), the 15 rows enqueued in the three tenants while it was away were drained on reconnect"
+    else
+        nok "multi-$lang: rows enqueued while disconnected drained on reconnect"
+        show "$err"
+    fi
+
+    # a tenant attached while it runs: served within WAIT_MS
+    if adopt tenant_d | psql -X -q -v ON_ERROR_STOP=1 -d "$db" >>"$dir/setup.log" 2>&1 &&
+        q "$db" "SELECT count(outbox_enqueue('d:agent', 'work', '\\x03', outbox => 'tenant_d.delivery_outbox'))
+                   FROM generate_series(1, 4)" >/dev/null &&
+        wait_until 15 "$db" "SELECT count(*) = 7 FROM tenant_d.delivery_outbox WHERE delivery_state = 'acked'"; then
+        ok "multi-$lang: tenant_d, attached while the relay ran, was picked up: its 3 seed rows and 4 new ones acked"
+    else
+        nok "multi-$lang: tenant_d, attached while the relay ran, is served"
+        show "$dir/setup.log"
+        show "$err"
+    fi
+
+    local all_rows="SELECT recipient || ' ' || id, delivery_state FROM tenant_a.delivery_outbox
+                    UNION ALL SELECT recipient || ' ' || id, delivery_state FROM tenant_b.delivery_outbox
+                    UNION ALL SELECT recipient || ' ' || id, delivery_state FROM tenant_c.delivery_outbox
+                    UNION ALL SELECT recipient || ' ' || id, delivery_state FROM tenant_d.delivery_outbox"
+    if wait_until "$TIMEOUT" "$db" "SELECT bool_and(delivery_state = 'acked') FROM ($all_rows) r"; then
+        ok "multi-$lang: every row of tenants a, b, c and d acked (the seed's delivered rows reclaimed by the relay's sweep first)"
+    else
+        nok "multi-$lang: every row of tenants a, b, c and d acked"
+        q "$db" "SELECT split_part(r.line, ' ', 1), delivery_state, count(*) FROM ($all_rows) r(line, delivery_state) GROUP BY 1, 2 ORDER BY 1, 2" | sed 's/^/# /'
+        show "$err"
+    fi
+    sessions=$(q "$ADMIN_DB" "SELECT count(*) FROM ($relay_sql) s")
+    [ "${sessions:-0}" -gt "$max_sessions" ] && max_sessions=$sessions
+    stop_relay
+
+    # The recipients' view: every row pushed but the seed's acked ones,
+    # nothing of tenant x or of the extension's own table.
+    q "$db" "SELECT line FROM ($all_rows) r(line, s) WHERE line NOT LIKE '_:seed:k %' ORDER BY 1" >"$dir/expected.txt"
+    sort -u "$out" >"$dir/got_unique.txt"
+    missing=$(comm -23 "$dir/expected.txt" "$dir/got_unique.txt" | wc -l)
+    extra=$(comm -13 "$dir/expected.txt" "$dir/got_unique.txt" | wc -l)
+    if [ "$missing" -eq 0 ] && [ "$extra" -eq 0 ] && [ "$STOP_RC" -eq 0 ] && [ "$max_sessions" -eq 1 ]; then
+        ok "multi-$lang: one process, one connection: each of the $(wc -l <"$dir/expected.txt") rows of the four tenants pushed to its recipient ($(($(wc -l <"$out") - $(wc -l <"$dir/got_unique.txt"))) at-least-once duplicates), nothing else; SIGTERM: exit 0"
+    else
+        nok "multi-$lang: each tenant's rows pushed, nothing else ($missing missing, $extra unexpected, exit $STOP_RC, $max_sessions sessions at most)"
+        comm -3 "$dir/expected.txt" "$dir/got_unique.txt" | head -20 | sed 's/^/# /'
+        show "$err"
+    fi
+    got=$(q "$db" "SELECT (SELECT count(*) = 8 AND bool_and(delivery_attempts = CASE WHEN recipient = 'x:seed:k' THEN 1 ELSE delivery_attempts END)
+                             AND count(*) FILTER (WHERE delivery_state = 'pending' AND recipient IN ('x:seed:p', 'x:seed:r')) = 4
+                             AND count(*) FILTER (WHERE delivery_state = 'delivered' AND delivery_attempts = 1) = 2
+                      FROM tenant_x.delivery_outbox)
+               AND (SELECT count(*) = 3 AND bool_and(delivery_state = 'pending' AND delivery_attempts = 0)
+                      FROM outbox.delivery_outbox)")
+    if [ "$got" = t ] && ! grep -q 'tenant_x' "$err"; then
+        ok "multi-$lang: tenant_x (attached, not granted) and the extension's own outbox were never served: their rows as they were"
+    else
+        nok "multi-$lang: tenant_x and the extension's own outbox untouched"
+        q "$db" "SELECT recipient, delivery_state, delivery_attempts FROM tenant_x.delivery_outbox" | sed 's/^/# /'
+    fi
     if [ "${EXAMPLES_KEEP:-0}" != 1 ] && [ "$FAILED" -eq "$failed_before" ]; then
         q "$ADMIN_DB" "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1
     fi
@@ -1246,12 +1406,13 @@ SQL
 }
 
 LANGS=("$@")
-[ ${#LANGS[@]} -gt 0 ] || LANGS=(python node c rust exporter)
+[ ${#LANGS[@]} -gt 0 ] || LANGS=(python node c rust multi-python multi-rust exporter)
 for lang in "${LANGS[@]}"; do
     case $lang in
     python|node|c|rust) run_lang "$lang" ;;
+    multi-python|multi-rust) run_multi "${lang#multi-}" ;;
     exporter) run_exporter ;;
-    *) nok "unknown example '$lang' (python, node, c, rust, exporter)" ;;
+    *) nok "unknown example '$lang' (python, node, c, rust, multi-python, multi-rust, exporter)" ;;
     esac
 done
 if [ "${EXAMPLES_KEEP:-0}" != 1 ] && [ "$FAILED" -eq 0 ]; then
