@@ -526,10 +526,14 @@ async fn session(
                 continue;
             }
         }
-        let wait = match until_next_due(&client, served).await? {
+        let mut wait = match until_next_due(&client, served).await? {
             Some(due) => due.min(s.wait),
             None => s.wait,
         };
+        // no longer than until the next sweep
+        if !s.sweep_every.is_zero() {
+            wait = wait.min(s.sweep_every.saturating_sub(last_sweep.elapsed()));
+        }
         tokio::select! {
             wakeup = wakeups.recv() => {
                 let first = match wakeup {
