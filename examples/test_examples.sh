@@ -7,10 +7,18 @@
 #   1. prepare: python3-psycopg importable / `npm ci` / `make` (no warnings)
 #      / `cargo build --release` offline, from Debian's packaged crates (no
 #      warnings);
-#   2. CREATE EXTENSION delivery_outbox; a relay role with README's GRANTs
-#      (rust: the extension in schema outbox, and the relay works a created
-#      outbox, public.delivery_outbox, which the role has UPDATE and SELECT
-#      on; its producer enqueues there too);
+#   2. the extension in schema outbox (its own table holds three rows for
+#      default:untouched, which no relay may touch); a tenant, tenant_a,
+#      whose seed table (cloacina's migration 027/028 DDL: seed_ddl) holds
+#      rows in every state (seed_rows) and is adopted as docs/operations.md
+#      says (adopt: the repair and outbox_attach in one transaction; its
+#      NOTICE on the 3 delivered rows checked); the relay role with the
+#      tenant relay GRANTs of docs/coming-from-cloacina.md and nothing
+#      else (relay_grants).  Everything below runs under
+#      PGOPTIONS='-c search_path=tenant_a,outbox,public': the relay with
+#      OUTBOX=delivery_outbox (the policy run, the cursor reader and the
+#      producer with OUTBOX=tenant_a.delivery_outbox), the checks reading
+#      "delivery_outbox" as tenant_a's table;
 #   3. enqueue half of EXAMPLES_ROWS rows across 7 recipients, start the
 #      relay (as the relay role, every 7th push failing: FAIL_EVERY=7);
 #   4. mid-run, REVOKE CONNECT and pg_terminate_backend() the relay's session,
@@ -33,7 +41,10 @@
 #      soon after it (the relay sleeps until outbox_next_due(), not WAIT_MS),
 #      then acked with two attempts;
 #   9. run the producer example: the committed order and its outbox row
-#      exist, the rolled-back ones do not;
+#      exist, the rolled-back ones do not; the seed's rows: pending and
+#      re-addressed ones pushed and acked, delivered ones reclaimed by the
+#      relay's sweep and pushed again, acked ones never pushed; the
+#      extension's own table untouched;
 #  10. python only: the gap-safe cursor reader (python/cursor.py, ACK=1) as
 #      the relay role, granted outbox_horizon() too: a recipient's rows read
 #      in id order, each once, while a lower id commits after a higher one
@@ -42,6 +53,15 @@
 #      whose ids commit out of order; it stops cleanly with its cursor saved.
 #      The same gap read by after_id alone (NAIVE=1) skips the lower row:
 #      what the horizon is for.
+#
+# For the Python and Rust relays with OUTBOX='*' ("multi-python",
+# "multi-rust"), in examples_multi_<lang>: tenants a, b, c adopted and
+# granted to the relay role (and SELECT on delivery_outbox_tables), x
+# adopted and not granted, d a seed table attached while the relay runs:
+# the seed rows drained on start, rows arriving in all three, the session
+# terminated while more arrive (drained on reconnect), d picked up, every
+# row of a-d pushed and acked by one process over one connection, x and the
+# extension's own table untouched.
 #
 # and, for the postgres_exporter queries ("exporter"), on a server that
 # preloads delivery_outbox (this one if it does, else a throwaway cluster of
@@ -64,7 +84,8 @@
 # a password (trust/peer for local connections) and delivery_outbox is
 # installed (make install):
 #
-#   PGHOST=/tmp PGPORT=5432 examples/test_examples.sh [python] [node] [c]
+#   PGHOST=/tmp PGPORT=5432 examples/test_examples.sh [python] [node] [c] [rust]
+#       [multi-python] [multi-rust] [exporter]
 #
 # Knobs: EXAMPLES_ROWS (200), EXAMPLES_TIMEOUT (60 s per wait),
 # EXAMPLES_WORK (directory for logs; default a new temporary one, removed
