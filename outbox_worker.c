@@ -273,6 +273,30 @@ outbox_sweeper_main(Datum main_arg)
 				 errmsg("delivery_outbox cannot track more than %d databases",
 						OUTBOX_MAX_DATABASES)));
 
+	/*
+	 * The ring is this database's alone: one another database still holds
+	 * (it was renamed away from the configured name in a way the commit
+	 * callback did not see, as by COMMIT PREPARED) is taken from it, its
+	 * producers then notifying at commit themselves.
+	 */
+	{
+		int			i;
+
+		for (i = 0; i < OUTBOX_MAX_DATABASES; i++)
+		{
+			OutboxDatabase *other = &outbox_shared->databases[i];
+
+			if (other == sweeper_db || !OidIsValid(other->dboid))
+				continue;
+			SpinLockAcquire(&other->mutex);
+			if (other->ring == index)
+			{
+				other->ring_tail = other->ring_head;
+				other->ring = -1;
+			}
+			SpinLockRelease(&other->mutex);
+		}
+	}
 	SpinLockAcquire(&sweeper_db->mutex);
 	sweeper_db->ring = index;
 	sweeper_db->worker_pid = MyProcPid;
