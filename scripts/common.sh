@@ -326,6 +326,31 @@ EOF
     OUTBOX_CLUSTER_UP=1
 }
 
+# outbox_switch_major PG_CONFIG: from here on, another PostgreSQL major:
+# the cluster stopped, the tree built again and installed for that
+# PG_CONFIG (its own prefix), a new cluster initdb'd and started.  Returns
+# non-zero (without exiting) when any of it fails.
+outbox_switch_major()
+{
+    local major
+    outbox_stop_cluster
+    PG_CONFIG=$1
+    PG_BINDIR=$("$PG_CONFIG" --bindir) || return 1
+    major=$("$PG_CONFIG" --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/')
+    as_user make -C "$OUTBOX_SRC" PG_CONFIG="$PG_CONFIG" clean >/dev/null 2>&1
+    (outbox_build) || return 1
+    OUTBOX_DATA=$OUTBOX_WORK/data-$major
+    OUTBOX_LOG=$OUTBOX_WORK/postgres-$major.log
+    (outbox_start_cluster) || return 1
+    # what outbox_start_cluster set, in this shell
+    PGHOST=$OUTBOX_WORK/sock
+    PGUSER=$OUTBOX_RUN_USER
+    PGDATABASE=postgres
+    PGPORT=$(sed -nE 's/^port = ([0-9]+)$/\1/p' "$OUTBOX_DATA/postgresql.conf" | tail -n 1)
+    export PGHOST PGPORT PGUSER PGDATABASE
+    OUTBOX_CLUSTER_UP=1
+}
+
 outbox_stop_cluster()
 {
     if [ "$OUTBOX_CLUSTER_UP" = 1 ]; then

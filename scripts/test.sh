@@ -65,7 +65,7 @@ TOTAL_SKIP=0
 SUMMARY=()
 
 # count_regress LOG: "passed failed" from the output of pg_regress or
-# pg_isolation_regress (PostgreSQL 15).  Its closing summary gives the
+# pg_isolation_regress (PostgreSQL 15's, and 18's TAP form of the same).  Its closing summary gives the
 # counts (a failure it was told to ignore passes):
 #    All N tests passed.
 #    P of N tests passed, I failed test(s) ignored.
@@ -81,6 +81,22 @@ count_regress()
         /^ +All [0-9]+ tests passed\. *$/ {
             summary = 1; spass = $2; sfail = 0; next
         }
+        # PostgreSQL 18 writes TAP: "ok 1 - name", "# All N tests passed."
+        /^# All [0-9]+ tests passed\. *$/ {
+            summary = 1; spass = $3; sfail = 0; next
+        }
+        /^# [0-9]+ of [0-9]+ tests passed, [0-9]+ failed test\(s\) ignored\. *$/ {
+            summary = 1; spass = $4; sfail = 0; next
+        }
+        /^# [0-9]+ of [0-9]+ tests failed\. *$/ {
+            summary = 1; spass = $4 - $2; sfail = $2; next
+        }
+        /^# [0-9]+ of [0-9]+ tests failed, [0-9]+ of these failures ignored\. *$/ {
+            summary = 1; spass = $4 - $2 + $7; sfail = $2 - $7; next
+        }
+        /^ok [0-9]+ +[-+] /                    { pass++; next }
+        /^not ok [0-9]+ +[-+] .*# +\(ignored\)/ { pass++; next }
+        /^not ok [0-9]+ +[-+] /                { fail++; next }
         /^ +[0-9]+ of [0-9]+ tests passed, [0-9]+ failed test\(s\) ignored\. *$/ {
             summary = 1; spass = $3; sfail = 0; next
         }
@@ -211,87 +227,97 @@ regress_suite()
 
 have() { compgen -G "$OUTBOX_SRC/$1" >/dev/null; }
 
-# --- regress ---------------------------------------------------------------
-# Twice: as installed, and with outbox_enqueue's direct insert off (it then
-# inserts with a plain SQL INSERT), set for every session through PGOPTIONS.
-if have 'sql/*.sql'; then
-    regress_suite regress regress
-    regress_suite 'regress (direct_insert=off)' regress_direct_insert_off \
-        'PGOPTIONS=-c delivery_outbox.direct_insert=off'
-else
-    log "suite: regress: no sql/*.sql, skipped"
-fi
-
-# --- isolation -------------------------------------------------------------
-if have 'specs/*.spec'; then
-    run_suite isolation -- REGRESS= TAP_TESTS=
-    read -r p f < <(count_regress "$OUTBOX_WORK/isolation.out")
-    if [ "$SUITE_RC" -ne 0 ] && [ "$f" -eq 0 ]; then
-        warn "isolation: make exited $SUITE_RC without a failed test; counting one failure"
-        f=1
+# --- the suites of one major ---------------------------------------------
+# core_suites TAG SFX: regress (twice), isolation (twice) and TAP against
+# the running cluster, recorded with TAG after their names and their logs
+# kept with SFX after theirs: once on PostgreSQL 15, once on 18.
+core_suites()
+{
+    local TAG=$1 SFX=$2 p f s n tests result logf
+    # --- regress ---------------------------------------------------------------
+    # Twice: as installed, and with outbox_enqueue's direct insert off (it then
+    # inserts with a plain SQL INSERT), set for every session through PGOPTIONS.
+    if have 'sql/*.sql'; then
+        regress_suite "regress$TAG" "regress$SFX"
+        regress_suite "regress (direct_insert=off)$TAG" "regress_direct_insert_off$SFX" \
+            'PGOPTIONS=-c delivery_outbox.direct_insert=off'
+    else
+        log "suite: regress: no sql/*.sql, skipped"
     fi
-    if [ "$f" -gt 0 ]; then
-        show_file "$OUTBOX_SRC/output_iso/regression.diffs"
-    fi
-    record isolation "$p" "$f"
 
-    # The same specs with the library preloaded: the insert markers of
-    # ordered delivery and outbox_horizon() are then in shared memory, not
-    # in the lock manager, and each spec must read the same either way.
-    log "restarting the cluster with shared_preload_libraries = delivery_outbox"
-    if as_user pg_ctl -D "$OUTBOX_DATA" -l "$OUTBOX_LOG" -w -t 60 \
-        -o "-c shared_preload_libraries=delivery_outbox" restart \
-        >"$OUTBOX_WORK/pg_ctl.log" 2>&1; then
-        run_suite isolation_preloaded -- REGRESS= TAP_TESTS=
-        read -r p f < <(count_regress "$OUTBOX_WORK/isolation_preloaded.out")
+    # --- isolation -------------------------------------------------------------
+    if have 'specs/*.spec'; then
+        run_suite "isolation$SFX" -- REGRESS= TAP_TESTS=
+        read -r p f < <(count_regress "$OUTBOX_WORK/isolation$SFX.out")
         if [ "$SUITE_RC" -ne 0 ] && [ "$f" -eq 0 ]; then
-            warn "isolation (preloaded): make exited $SUITE_RC without a failed test; counting one failure"
+            warn "isolation: make exited $SUITE_RC without a failed test; counting one failure"
             f=1
         fi
         if [ "$f" -gt 0 ]; then
             show_file "$OUTBOX_SRC/output_iso/regression.diffs"
         fi
-        record 'isolation (preloaded)' "$p" "$f"
-        as_user pg_ctl -D "$OUTBOX_DATA" -l "$OUTBOX_LOG" -w -t 60 \
-            -o "-c shared_preload_libraries=''" restart \
-            >"$OUTBOX_WORK/pg_ctl.log" 2>&1 ||
-            die "the server did not restart without the preload"
-    else
-        cat "$OUTBOX_WORK/pg_ctl.log" "$OUTBOX_LOG" >&2
-        record 'isolation (preloaded)' 0 1
-    fi
-else
-    log "suite: isolation: no specs/*.spec, skipped"
-fi
+        record "isolation$TAG" "$p" "$f"
 
-# --- TAP -------------------------------------------------------------------
-if have 't/*.pl'; then
-    run_suite tap -- REGRESS= ISOLATION= PROVE_FLAGS=-v
-    read -r p f s < <(count_tap "$OUTBOX_WORK/tap.out")
-    read -r tests result < <(prove_summary "$OUTBOX_WORK/tap.out")
-    if [ "$result" != PASS ] && [ "$f" -eq 0 ]; then
-        warn "TAP: prove's result is \"$result\" without a failed assertion; counting one failure"
-        f=1
-    elif [ "$SUITE_RC" -ne 0 ] && [ "$f" -eq 0 ]; then
-        warn "TAP: make exited $SUITE_RC without a failed assertion; counting one failure"
-        f=1
+        # The same specs with the library preloaded: the insert markers of
+        # ordered delivery and outbox_horizon() are then in shared memory, not
+        # in the lock manager, and each spec must read the same either way.
+        log "restarting the cluster with shared_preload_libraries = delivery_outbox"
+        if as_user pg_ctl -D "$OUTBOX_DATA" -l "$OUTBOX_LOG" -w -t 60 \
+            -o "-c shared_preload_libraries=delivery_outbox" restart \
+            >"$OUTBOX_WORK/pg_ctl.log" 2>&1; then
+            run_suite "isolation_preloaded$SFX" -- REGRESS= TAP_TESTS=
+            read -r p f < <(count_regress "$OUTBOX_WORK/isolation_preloaded$SFX.out")
+            if [ "$SUITE_RC" -ne 0 ] && [ "$f" -eq 0 ]; then
+                warn "isolation (preloaded): make exited $SUITE_RC without a failed test; counting one failure"
+                f=1
+            fi
+            if [ "$f" -gt 0 ]; then
+                show_file "$OUTBOX_SRC/output_iso/regression.diffs"
+            fi
+            record "isolation (preloaded)$TAG" "$p" "$f"
+            as_user pg_ctl -D "$OUTBOX_DATA" -l "$OUTBOX_LOG" -w -t 60 \
+                -o "-c shared_preload_libraries=''" restart \
+                >"$OUTBOX_WORK/pg_ctl.log" 2>&1 ||
+                die "the server did not restart without the preload"
+        else
+            cat "$OUTBOX_WORK/pg_ctl.log" "$OUTBOX_LOG" >&2
+            record "isolation (preloaded)$TAG" 0 1
+        fi
+    else
+        log "suite: isolation: no specs/*.spec, skipped"
     fi
-    # prove's Tests= is every assertion it saw, skipped ones included: the
-    # lines count_tap counted.
-    n=$(grep -cE '^(not )?ok [0-9]+' "$OUTBOX_WORK/tap.out")
-    if [ "$tests" != - ] && [ "$tests" -ne "$n" ]; then
-        warn "TAP: prove counted $tests assertions, the log has $n; counting one failure"
-        f=$((f + 1))
+
+    # --- TAP -------------------------------------------------------------------
+    if have 't/*.pl'; then
+        run_suite "tap$SFX" -- REGRESS= ISOLATION= PROVE_FLAGS=-v
+        read -r p f s < <(count_tap "$OUTBOX_WORK/tap$SFX.out")
+        read -r tests result < <(prove_summary "$OUTBOX_WORK/tap$SFX.out")
+        if [ "$result" != PASS ] && [ "$f" -eq 0 ]; then
+            warn "TAP: prove's result is \"$result\" without a failed assertion; counting one failure"
+            f=1
+        elif [ "$SUITE_RC" -ne 0 ] && [ "$f" -eq 0 ]; then
+            warn "TAP: make exited $SUITE_RC without a failed assertion; counting one failure"
+            f=1
+        fi
+        # prove's Tests= is every assertion it saw, skipped ones included: the
+        # lines count_tap counted.
+        n=$(grep -cE '^(not )?ok [0-9]+' "$OUTBOX_WORK/tap$SFX.out")
+        if [ "$tests" != - ] && [ "$tests" -ne "$n" ]; then
+            warn "TAP: prove counted $tests assertions, the log has $n; counting one failure"
+            f=$((f + 1))
+        fi
+        if [ "$f" -gt 0 ]; then
+            for logf in "$OUTBOX_SRC"/tmp_check/log/*; do
+                [ -f "$logf" ] && show_file "$logf" 400
+            done
+        fi
+        record "TAP$TAG" "$p" "$f" "$s"
+    else
+        log "suite: TAP: no t/*.pl, skipped"
     fi
-    if [ "$f" -gt 0 ]; then
-        for logf in "$OUTBOX_SRC"/tmp_check/log/*; do
-            [ -f "$logf" ] && show_file "$logf" 400
-        done
-    fi
-    record TAP "$p" "$f" "$s"
-else
-    log "suite: TAP: no t/*.pl, skipped"
-fi
+}
+
+core_suites "" ""
 
 # --- PostgreSQL's regression suite -----------------------------------------
 # PostgreSQL's own src/test/regress (parallel_schedule, from Debian's source
@@ -351,6 +377,47 @@ elif [ -f "$OUTBOX_TOP/scripts/package.sh" ]; then
         f=1
     fi
     record package "$p" "$f" "$s"
+fi
+
+# --- PostgreSQL 18 --------------------------------------------------------
+# The same core suites and the examples on PostgreSQL 18, built once into a
+# private, cached prefix from Debian's source package (scripts/pg18.sh,
+# about 4.5 minutes the first time).  The package suite needs Debian's
+# PostgreSQL 15 packages and PostgreSQL's own suite the installed server's
+# source: both ran on 15 only.  OUTBOX_PG18_TEST=0 skips it.
+if [ "${OUTBOX_PG18_TEST:-1}" = 0 ]; then
+    log "suite: PostgreSQL 18: skipped (OUTBOX_PG18_TEST=0)"
+else
+    log "PostgreSQL 18: finding or building it (scripts/pg18.sh)"
+    pg18_config=$(as_root bash "$OUTBOX_TOP/scripts/pg18.sh" 2>"$OUTBOX_WORK/pg18.log" | tail -n 1)
+    pg18_rc=${PIPESTATUS[0]}
+    tail -n 3 "$OUTBOX_WORK/pg18.log"
+    if [ "$pg18_rc" = 2 ]; then
+        warn "PostgreSQL 18: its source package could not be fetched; the suites ran on 15 only"
+        record 'PostgreSQL 18 (not fetched)' 0 0 1
+    elif [ "$pg18_rc" != 0 ] || [ ! -x "$pg18_config" ]; then
+        show_file "$OUTBOX_WORK/pg18.log" 60
+        record 'PostgreSQL 18 build' 0 1
+    elif ! outbox_switch_major "$pg18_config"; then
+        record 'build and cluster [18]' 0 1
+    else
+        log "suites on $("$PG_CONFIG" --version)"
+        core_suites " [18]" "_18"
+        if [ -f "$OUTBOX_SRC/examples/test_examples.sh" ]; then
+            log "suite: examples [18]"
+            as_user env EXAMPLES_WORK="$OUTBOX_WORK/examples_18" EXAMPLES_KEEP="${KEEP_TMP:-0}" \
+                bash "$OUTBOX_SRC/examples/test_examples.sh" 2>&1 |
+                tee "$OUTBOX_WORK/examples_18.out"
+            SUITE_RC=${PIPESTATUS[0]}
+            read -r p f s < <(count_tap "$OUTBOX_WORK/examples_18.out")
+            if [ "$SUITE_RC" -ne 0 ] && [ "$f" -eq 0 ]; then
+                warn "examples [18]: exited $SUITE_RC without a failed assertion; counting one failure"
+                f=1
+            fi
+            record 'examples [18]' "$p" "$f" "$s"
+        fi
+        log "PostgreSQL's own suite and the package suite ran on 15 only"
+    fi
 fi
 
 outbox_teardown
