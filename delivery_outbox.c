@@ -13,13 +13,33 @@
  *
  * This file holds _PG_init: every GUC, the hooks and callbacks registered,
  * and, when the library is preloaded, the shared memory request and the
- * background workers (outbox_worker.c).  The other files, bottom up:
- * outbox_shmem.c (shared memory), outbox_xact.c (per-transaction
- * bookkeeping and wake-ups), outbox_trigger.c (the triggers),
- * outbox_table.c (finding the table, its statements, shared row
- * operations), outbox_insert.c (outbox_enqueue's direct insert),
- * outbox_api.c (the SQL functions), outbox_worker.c (the worker loop).
- * Each includes only the headers of the files below it.
+ * background workers (outbox_worker.c).  The other files, bottom up (each
+ * includes only the headers of the files below it; docs/development.md has
+ * the same map):
+ *
+ *	outbox_compat.h			every difference between PostgreSQL majors
+ *	outbox_owner.c			running a table's code as the table's owner
+ *	outbox_shmem.c			shared memory: database slots, rings, counters
+ *	outbox_xact.c			per-transaction bookkeeping and wake-ups
+ *	outbox_marker_locks.c	the insert markers without the preload
+ *	outbox_markers.c		the insert markers (outbox_horizon, ordered claims)
+ *	outbox_trigger.c		the state guard and the after-insert trigger
+ *	outbox_order.c			what ordered delivery knows of an outbox
+ *	outbox_table.c			finding an outbox; the statements kept on it
+ *	outbox_partitions.c		partitions made ahead and dropped
+ *	outbox_statements.c		the statements' texts, prepared and run
+ *	outbox_heads.c			the ordered claims' reads
+ *	outbox_rows.c			row operations shared by the API and the worker
+ *	outbox_insert.c			outbox_enqueue's direct insert
+ *	outbox_args.c			the SQL functions' argument checks
+ *	outbox_api.c			the SQL functions that write rows
+ *	outbox_monitor.c		the SQL functions that only look
+ *	outbox_worker.c			the background worker loop (called by nobody)
+ *
+ * A few lower files call up through function pointers this file sets
+ * (outbox_channel_lookup, outbox_wake_next, outbox_is_ordered,
+ * outbox_rel_ordered): each is declared in the lower file's header with the
+ * function _PG_init puts there, so the dependency is written down.
  *
  * Copyright (c) 2026, delivery_outbox developers
  *

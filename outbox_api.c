@@ -10,7 +10,7 @@
  * Every function runs in the caller's transaction.  None silently does
  * nothing on a NULL argument: a required argument that is NULL raises
  * 22004, and every bad argument raises an error before anything is written.
- * The functions change rows only through the statements of outbox_plans.c
+ * The functions change rows only through the statements of outbox_statements.c
  * (so the state guard sees every change) and never write the bookkeeping
  * columns themselves.
  *
@@ -40,7 +40,7 @@
 #include "outbox_insert.h"
 #include "outbox_owner.h"
 #include "outbox_partitions.h"
-#include "outbox_plans.h"
+#include "outbox_rows.h"
 #include "outbox_shmem.h"
 #include "outbox_table.h"
 #include "outbox_trigger.h"

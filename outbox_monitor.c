@@ -5,7 +5,7 @@
  *		it: its statistics, the activity counters, when its next scheduled
  *		row falls due, and the wait for a row to claim.
  *
- * They read rows through the statements of outbox_plans.c, under the
+ * They read rows through the statements of outbox_statements.c, under the
  * privilege checks of outbox_args.c (column-level SELECT is enough for what
  * they read), and the counters in shared memory.
  *
@@ -35,7 +35,7 @@
 #include "outbox_args.h"
 #include "outbox_markers.h"
 #include "outbox_order.h"
-#include "outbox_plans.h"
+#include "outbox_rows.h"
 #include "outbox_shmem.h"
 #include "outbox_table.h"
 #include "outbox_xact.h"

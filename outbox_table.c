@@ -7,7 +7,7 @@
  * table (the default outbox) is the plain table recorded in pg_depend as a
  * member of the extension, and every other outbox is named by OID.  Each
  * table's schema-qualified, quoted name is built from the catalogs and
- * quoted into the statements prepared on it (outbox_plans.c), whose
+ * quoted into the statements prepared on it (outbox_statements.c), whose
  * operators and functions are all qualified too.
  *
  * Each table this backend has used has an OutboxTable entry, which keeps
@@ -843,7 +843,7 @@ outbox_table_dead_relid(OutboxTable *table)
  * outbox_table_plans
  *
  * The statements of a table prepared for the current user (NULL where not
- * prepared yet), to be filled by outbox_plans.c.  The planner inlines a SQL
+ * prepared yet), to be filled by outbox_statements.c.  The planner inlines a SQL
  * function (a column default, say) only for a user who may execute it, so a
  * plan made for one user is not run for another; the functions are
  * SECURITY DEFINER, so there is normally one user.

@@ -20,7 +20,7 @@
 /*
  * One outbox table as this backend knows it: where it is, how its rows map
  * onto the default outbox's row type, and the statements prepared on it
- * (see outbox_plans.c).  Entries live for the life of the backend and are
+ * (see outbox_statements.c).  Entries live for the life of the backend and are
  * re-checked after any invalidation of their table.
  */
 typedef struct OutboxTable OutboxTable;
@@ -42,7 +42,7 @@ typedef struct OutboxPolicy
 	int64		partition_rows; /* ids per partition; 0: not partitioned */
 } OutboxPolicy;
 
-/* Statements kept per table and user; see outbox_plans.c. */
+/* Statements kept per table and user; see outbox_statements.c. */
 #define OUTBOX_NUM_PLANS_MAX	40
 
 extern OutboxTable *outbox_default_table(void);

@@ -79,18 +79,22 @@ extern void outbox_key_lock_batch(Oid relid, ArrayType *recipients,
 								  ArrayType *keys);
 
 /*
- * Set by _PG_init: wake relays for the next row of the group of a row of an
- * ordered outbox whose run ended (acked or dead-lettered).
+ * Upcalls of the triggers into the layers above them, set by _PG_init (a
+ * NULL one is not called): wake relays for the next row of the group of a
+ * row of an ordered outbox whose run ended, acked or dead-lettered
+ * (outbox_order_wake_next(), outbox_heads.c) ...
  */
 typedef void (*outbox_wake_next_type) (Relation rel, const OutboxColumns *cols,
 									   HeapTuple tuple, const char *channel);
 extern outbox_wake_next_type outbox_wake_next;
 
-/* Set by _PG_init: whether a table is an ordered outbox (the registry's). */
+/* ... whether a table is an ordered outbox, by the registry
+ * (outbox_table_is_ordered(), outbox_table.c) ... */
 typedef bool (*outbox_is_ordered_type) (Oid relid);
 extern outbox_is_ordered_type outbox_is_ordered;
 
-/* Set by _PG_init: the same, kept per backend until the table changes. */
+/* ... and the same, kept per backend until the table changes
+ * (outbox_order_is_ordered(), outbox_order.c). */
 typedef bool (*outbox_rel_ordered_type) (Relation rel);
 extern outbox_rel_ordered_type outbox_rel_ordered;
 

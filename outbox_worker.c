@@ -76,7 +76,7 @@
 
 #include "delivery_outbox.h"
 #include "outbox_partitions.h"
-#include "outbox_plans.h"
+#include "outbox_rows.h"
 #include "outbox_shmem.h"
 #include "outbox_table.h"
 #include "outbox_worker.h"

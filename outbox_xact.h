@@ -27,8 +27,8 @@ extern void outbox_note_order_change(Oid relid);
 /*
  * Where a row's triggers name no channel (the extension's own table, whose
  * triggers CREATE EXTENSION makes), the channel of the outbox's registry
- * row, or NULL (delivery_outbox.channel).  Set by _PG_init to a function of
- * outbox_table.c, which is above this layer.
+ * row, or NULL (delivery_outbox.channel).  An upcall: set by _PG_init to
+ * outbox_default_channel() of outbox_table.c, which is above this layer.
  */
 typedef const char *(*outbox_channel_lookup_type) (Oid relid);
 extern outbox_channel_lookup_type outbox_channel_lookup;

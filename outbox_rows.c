@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * outbox_plans.c
+ * outbox_rows.c
  *		The row operations shared by the SQL functions and the worker:
  *		requeue (release, reclaim, resync) with the delivery policy, moves
  *		to the dead letters, expiry, purge, the wake-ups of scheduled rows
@@ -9,7 +9,7 @@
  * Copyright (c) 2026, delivery_outbox developers
  *
  * IDENTIFICATION
- *		outbox_plans.c
+ *		outbox_rows.c
  *
  *-------------------------------------------------------------------------
  */
@@ -27,7 +27,7 @@
 
 #include "delivery_outbox.h"
 #include "outbox_heads.h"
-#include "outbox_plans.h"
+#include "outbox_rows.h"
 #include "outbox_shmem.h"
 #include "outbox_table.h"
 #include "outbox_trigger.h"

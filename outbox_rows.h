@@ -1,17 +1,17 @@
 /*-------------------------------------------------------------------------
  *
- * outbox_plans.h
+ * outbox_rows.h
  *		The row operations that both the SQL functions and the worker use.
  *
  * Copyright (c) 2026, delivery_outbox developers
  *
  * IDENTIFICATION
- *		outbox_plans.h
+ *		outbox_rows.h
  *
  *-------------------------------------------------------------------------
  */
-#ifndef OUTBOX_PLANS_H
-#define OUTBOX_PLANS_H
+#ifndef OUTBOX_ROWS_H
+#define OUTBOX_ROWS_H
 
 #include "utils/timestamp.h"
 
@@ -43,4 +43,4 @@ extern uint64 outbox_claim_ordered(OutboxTable *table, int64 max_rows,
 								   text *recipient, text *tenant,
 								   TimestampTz now, bool probe);
 
-#endif							/* OUTBOX_PLANS_H */
+#endif							/* OUTBOX_ROWS_H */
