@@ -207,7 +207,7 @@ for who in "$RUN_USER" fuzz_relay; do
             "--seed=$FUZZ_SEED" "--max-queries=$FUZZ_SQLSMITH_QUERIES" \
             >"$WORK/sqlsmith-$who.log" 2>&1
         rc=$?
-        note "sqlsmith as $who: exit $rc in $(( $(date +%s) - start ))s; $(tail -c 300 "$WORK/sqlsmith-$who.log" | tr -c '[:print:]' ' ' | tail -c 200)"
+        note "sqlsmith as $who: exit $rc in $(( $(date +%s) - start ))s"
         if as_user psql -X -At -c 'SELECT 1' >/dev/null 2>&1; then
             tap_ok "sqlsmith as $who: $FUZZ_SQLSMITH_QUERIES queries, the server still answers"
         else

@@ -48,6 +48,7 @@ import threading
 import time
 
 import psycopg
+from psycopg.types.string import TextLoader
 
 TRACKED = ['outbox.delivery_outbox', 't1.delivery_outbox', 't2.delivery_outbox',
            't3.delivery_outbox', 't4.delivery_outbox', 'seed.delivery_outbox']
@@ -156,7 +157,7 @@ class Hostile:
                          '(-2147483648)', '5', '50')
 
     def int8(self, outbox=None):
-        ids = self.pool.some(self.r, outbox or self.r.choice(TRACKED), 1)
+        ids = self.pool.some(self.r, outbox, 1)
         if ids and self.r.random() < 0.6:
             return str(ids[0])
         return self.pick('NULL', '0', '-1', '9223372036854775807', '(-9223372036854775808)',
@@ -183,7 +184,7 @@ class Hostile:
 
     def ids(self, outbox=None):
         """A bigint[] expression: never a keep: row."""
-        o = outbox if outbox in TRACKED + SCRATCH else self.r.choice(TRACKED)
+        o = outbox
         some = self.pool.some(self.r, o, self.r.randint(1, 6))
         r = self.r.random()
         if r < 0.35 and some:
@@ -220,6 +221,12 @@ class Hostile:
             n = max(0, n + self.r.choice((-1, 1)))
         if r < 0.25 and n >= 2:
             return "ARRAY[ARRAY[%s, %s]]::%s[]" % (elem(), elem(), typ)
+        if r < 0.28 and n >= 1:
+            # lower bound 3
+            return "('[3:%d]=' || (ARRAY[%s]::%s[])::text)::%s[]" % (
+                n + 2, ', '.join(elem() for _ in range(n)), typ, typ)
+        if r < 0.30:
+            return 'array_fill((%s)::%s, ARRAY[%d])' % (elem(), typ, self.pick(0, 1, 5000))
         return 'ARRAY[%s]::%s[]' % (', '.join(elem() for _ in range(n)), typ) if n else "'{}'::%s[]" % typ
 
     # -- statements -------------------------------------------------------
@@ -229,15 +236,29 @@ class Hostile:
             return ''
         return ', outbox => ' + self.regclass(o)
 
+    @staticmethod
+    def target(ob):
+        """The outbox a call's outbox argument (", outbox => expr", or a
+        bare regclass expression) works on, when its ids may come from
+        the pool; 'safe' when it may be any table (a name the search_path
+        resolves): then only ids no sequence reaches."""
+        expr = ob[len(', outbox => '):] if ob.startswith(', outbox => ') else ob
+        if expr in ('', 'NULL::regclass'):
+            return 'outbox.delivery_outbox'
+        m = re.match(r"^'([a-z0-9_]+\.[a-z0-9_]+)'::regclass$", expr)
+        if m:
+            return m.group(1)
+        return 'safe'
+
     def call(self):
         """One call of an outbox function; returns (sql, outbox or None,
         whether it may only run in a transaction that is rolled back)."""
-        o = self.outbox()
-        ob = self.named_outbox(o)
+        ob = self.named_outbox(self.outbox())
+        o = self.target(ob)
         f = self.r.randint(0, 26)
         if f == 0:
             return ('SELECT outbox.outbox_enqueue(%s, %s, %s, %s, %s, %s, %s%s)' %
-                    (self.recipient(), self.pick("'work'", 'NULL', "''", self.text()),
+                    (self.recipient(), self.pick("'work'", 'NULL', "''", "'chain'", self.text()),
                      self.bytea(), self.text(), self.timestamptz(), self.timestamptz(),
                      self.pick('NULL', 'NULL', self.text(), lit('k%d' % self.r.randint(0, 30))),
                      ob), o, False)
@@ -274,7 +295,7 @@ class Hostile:
         if f == 10:
             return ('SELECT outbox.outbox_expire(%s%s)' % (self.int4(), ob), o, False)
         if f == 11:
-            return ('SELECT outbox.outbox_horizon(%s)' % self.regclass(o), o, False)
+            return ('SELECT outbox.outbox_horizon(%s)' % self.regclass(), o, False)
         if f == 12:
             return ('SELECT outbox.outbox_reclaim(%s, %s%s)' %
                     (self.interval(), self.int4(), ob), o, False)
@@ -290,7 +311,7 @@ class Hostile:
         if f == 16:
             return ('SELECT outbox.outbox_purge(%s%s)' % (self.interval(), ob), o, False)
         if f == 17:
-            return ('SELECT * FROM outbox.outbox_stats(%s)' % self.regclass(o), o, False)
+            return ('SELECT * FROM outbox.outbox_stats(%s)' % self.regclass(), o, False)
         if f == 18:
             return ('SELECT outbox.outbox_wait(%s, %s%s)' %
                     (self.pick("'0'", "'10 ms'", "'-1 second'", "'100 ms'", 'NULL',
@@ -301,7 +322,7 @@ class Hostile:
             return ('SELECT outbox.outbox_configure(%s, channel => %s, max_attempts => %s, '
                     'backoff_base => %s, backoff_max => %s, ttl => %s, ordered => %s, '
                     'retain_acked => %s)' %
-                    (self.regclass(o), self.pick('NULL', 'NULL', self.text()),
+                    (self.regclass(), self.pick('NULL', 'NULL', self.text()),
                      self.pick('NULL', 'NULL', self.int4()),
                      self.pick('NULL', self.interval()), self.pick('NULL', self.interval()),
                      self.pick('NULL', 'NULL', "'1 day'", self.interval()),
@@ -354,7 +375,7 @@ class Hostile:
         return (not t.startswith("'") or t.startswith("'scratch.") or t.startswith("'pg_")
                 or t.startswith("'information_schema.") or t.startswith("'-1'"))
 
-    def cols(self):
+    def cols(self, o):
         """A hostile row for a plain INSERT: (columns, values)."""
         state = self.pick("'pending'", "'pending'", "'delivered'", "'acked'", "'bogus'",
                           "'PENDING'", 'NULL', "''", "'acked '")
@@ -369,7 +390,7 @@ class Hostile:
             cols.append('id')
             vals.append(self.pick('(-1)', '(-2)', '0', '1000000000000001',
                                   '9223372036854775807', 'NULL') if self.r.random() < 0.7
-                        else self.int8())
+                        else self.int8(o))
         if self.r.random() < 0.3:
             cols += ['not_before', 'expires_at', 'dedup_key']
             vals += [self.timestamptz(), self.timestamptz(),
@@ -387,7 +408,7 @@ class Hostile:
         f = self.r.randint(0, 9)
         notkeep = "recipient NOT LIKE 'keep:%'"
         if f <= 2:
-            cols, vals = self.cols()
+            cols, vals = self.cols(o)
             conflict = self.pick('', '', ' ON CONFLICT DO NOTHING',
                                  " ON CONFLICT (id) DO UPDATE SET delivery_state = 'acked' "
                                  "WHERE %s.recipient NOT LIKE 'keep:%%'" % o.split('.')[1])
@@ -527,6 +548,10 @@ class Session(threading.Thread):
         if self.user:
             kw['user'] = self.user
         self.conn = psycopg.connect(**kw)
+        # values come back as text: a timestamp of 'infinity' or past year
+        # 9999 is a fine result that Python's datetime cannot hold
+        for typ in ('timestamptz', 'timestamp', 'date', 'interval', 'numeric'):
+            self.conn.adapters.register_loader(typ, TextLoader)
         self.conn.execute("SET statement_timeout = '4s'")
         self.conn.execute("SET lock_timeout = '1s'")
 
@@ -555,10 +580,19 @@ class Session(threading.Thread):
             return rows
         except psycopg.Error as e:
             st = e.sqlstate
-            if st is None or self.conn.closed or self.conn.broken:
+            if self.conn.closed or self.conn.broken:
                 self.lost += 1
                 self.record(None, 'connection lost: %s' % e, sql)
                 raise Lost()
+            if st is None:
+                # raised in the client (a value it cannot convert): the
+                # statement itself ran
+                st = 'client'
+                if self.conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+                    st = 'client-aborted'
+                self.record(st, str(e), sql)
+                self.log.append('-- %s: %s' % (st, sql))
+                return []
             if st in FINDING_STATES:
                 self.internal += 1
             self.record(st, str(e).splitlines()[0] if str(e) else '', sql)
@@ -602,8 +636,14 @@ class Session(threading.Thread):
         if r < 0.85:
             sql, o = self.gen.dml()
             return sql, False, o
-        if r < 0.90:
+        if r < 0.89:
             return self.gen.session_setting(), False, None
+        if r < 0.90:
+            # one transaction into every tracked outbox (a prepared one
+            # keeps the counts of its first four only)
+            return ('SELECT ' + ', '.join(
+                "outbox.outbox_enqueue('fz:all', 'chain', '\\x01', outbox => %s)" % lit(o)
+                for o in TRACKED), False, None)
         if r < 0.93:
             return 'COPY', False, None
         sql, rb = self.gen.ddl()
@@ -640,8 +680,8 @@ class Session(threading.Thread):
             self.log.append('%s -- %r' % (sql, rows))
             return True
         except psycopg.Error as e:
-            st = e.sqlstate
-            if st is None or self.conn.closed or self.conn.broken:
+            st = e.sqlstate or 'client'
+            if self.conn.closed or self.conn.broken:
                 self.lost += 1
                 self.record(None, 'connection lost: %s' % e, sql)
                 raise Lost()

@@ -77,6 +77,17 @@ VALUES ('r:1', 'work', '\x01', 'pending', 0, now() AT TIME ZONE 'UTC', NULL, NUL
        ('r:4', 'work', '\x04', 'pending', 2, now() AT TIME ZONE 'UTC',
         now() AT TIME ZONE 'UTC', NULL);
 SELECT outbox.outbox_attach('seed.delivery_outbox');
+-- an enqueue from inside another's trigger: a row of kind 'chain' in the
+-- seed's table enqueues one into t1
+CREATE FUNCTION seed.chain() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM outbox.outbox_enqueue('chained:' || NEW.recipient, 'work', NEW.payload,
+                                  outbox => 't1.delivery_outbox');
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER chain AFTER INSERT ON seed.delivery_outbox
+    FOR EACH ROW WHEN (NEW.kind = 'chain') EXECUTE FUNCTION seed.chain();
 
 -- the scratch schema: an outbox, a plain table of the right shape, one of
 -- the wrong shape, a view, a sequence
