@@ -105,9 +105,10 @@ bail() { tap_fail "$*"; exit 1; }
 if [ "$(id -u)" -eq 0 ]; then RUN_USER=postgres; else RUN_USER=$(id -un); fi
 [ -x "$PG_CONFIG" ] || bail "PG_CONFIG=$PG_CONFIG is not an executable pg_config"
 BINDIR=$("$PG_CONFIG" --bindir)
-[ -f "$("$PG_CONFIG" --pkglibdir)/delivery_outbox.so" ] &&
-    [ -f "$("$PG_CONFIG" --sharedir)/extension/delivery_outbox.control" ] ||
+if [ ! -f "$("$PG_CONFIG" --pkglibdir)/delivery_outbox.so" ] ||
+    [ ! -f "$("$PG_CONFIG" --sharedir)/extension/delivery_outbox.control" ]; then
     bail "delivery_outbox is not installed for $PG_CONFIG (make install first)"
+fi
 
 # as_user CMD...: CMD as the cluster's OS user, clean environment.
 as_user()
