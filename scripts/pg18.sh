@@ -5,8 +5,10 @@
 # Debian's stable release has no PostgreSQL 18 server package; its source
 # package postgresql-18 is in Debian's unstable suite.  This fetches it with
 # `apt-get source` through a private apt configuration holding one deb-src
-# line (the system's sources and lists stay as they are), builds it with
-# the TAP test modules, and installs it into a prefix of its own, cached:
+# line (the system's sources and lists stay as they are), builds upstream's
+# tree (without Debian's patches, which place the libraries under
+# /usr/lib/postgresql/18 whatever the prefix) with the TAP test modules,
+# and installs it into a prefix of its own and nowhere else, cached:
 # a second run on the same machine finds it there and builds nothing.
 # About 4 minutes on 2 cores the first time.
 #
@@ -68,7 +70,10 @@ fi
 src=$CACHE/src
 rm -rf "$src"
 mkdir -p "$src"
-if ! (cd "$src" && apt-get "${APT_OPTS[@]}" source postgresql-18 >&2); then
+# Upstream's tree, without Debian's patches: they put the libraries under
+# /usr/lib/postgresql/18 whatever the prefix
+if ! (cd "$src" && apt-get "${APT_OPTS[@]}" source --download-only postgresql-18 >&2 &&
+      dpkg-source --skip-patches -x ./*.dsc >&2); then
     log "apt-get source postgresql-18 failed: no PostgreSQL 18 source"
     exit 2
 fi
