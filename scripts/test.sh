@@ -20,9 +20,15 @@
 #               give the same result in both (about 1.5 min, 2.5 min when it
 #               fetches and builds the source; OUTBOX_PG_REGRESS_TEST=0
 #               skips it)
+#   fuzz        scripts/fuzz.sh: sqlsmith and a generator of hostile calls
+#               on a scratch cluster of its own (about 1.5 min;
+#               OUTBOX_FUZZ_TEST=0 skips it)
 #   examples    examples/test_examples.sh: the Python, Node.js and C relays
 #               and producers against the cluster (own databases), and the
 #               postgres_exporter queries
+#   [18]        regress, isolation, TAP and examples again on PostgreSQL 18
+#               (scripts/pg18.sh builds it once into a cached prefix;
+#               OUTBOX_PG18_TEST=0 skips it)
 #   package     scripts/package.sh --worktree: versions, META.json, release
 #               tarball, dpkg-buildpackage, CREATE EXTENSION from the .deb on
 #               a clean installation (about 20-40 s; OUTBOX_PACKAGE_TEST=0
@@ -343,6 +349,28 @@ elif [ -f "$OUTBOX_TOP/scripts/pg_regress_suite.sh" ]; then
         f=1
     fi
     record 'pg_regress (plain=preloaded)' "$p" "$f" "$s"
+fi
+
+# --- fuzz ------------------------------------------------------------------
+# scripts/fuzz.sh: sqlsmith and hostile calls of every function against
+# outboxes of every kind, on a scratch cluster of its own (library
+# preloaded); then no crash, no internal error, the invariants and every
+# committed row (about 1.5 min; FUZZ_SECONDS and FUZZ_SQLSMITH_QUERIES
+# make it longer; OUTBOX_FUZZ_TEST=0 skips it).
+if [ "${OUTBOX_FUZZ_TEST:-1}" = 0 ]; then
+    log "suite: fuzz: skipped (OUTBOX_FUZZ_TEST=0)"
+elif [ -f "$OUTBOX_TOP/scripts/fuzz.sh" ]; then
+    log "suite: fuzz (sqlsmith and hostile calls)"
+    env PG_CONFIG="$PG_CONFIG" OUTBOX_USER="$OUTBOX_RUN_USER" \
+        bash "$OUTBOX_SRC/scripts/fuzz.sh" 2>&1 |
+        tee "$OUTBOX_WORK/fuzz.out"
+    SUITE_RC=${PIPESTATUS[0]}
+    read -r p f s < <(count_tap "$OUTBOX_WORK/fuzz.out")
+    if [ "$SUITE_RC" -ne 0 ] && [ "$f" -eq 0 ]; then
+        warn "fuzz: exited $SUITE_RC without a failed assertion; counting one failure"
+        f=1
+    fi
+    record fuzz "$p" "$f" "$s"
 fi
 
 # --- examples --------------------------------------------------------------
