@@ -344,6 +344,8 @@ DECLARE
     arg text := coalesce(', ' || quote_literal(channel), '');
     trg name;
 BEGIN
+    -- a NULL or missing table: 22004 or 42P01, not a broken statement
+    PERFORM @extschema@.outbox_check_relation(tbl);
     -- as the caller (the definer of outbox_attach and the others): CREATE
     -- TRIGGER needs EXECUTE on the extension's trigger functions, which the
     -- table's owner lacks, and making, dropping or enabling a trigger runs
@@ -397,6 +399,8 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    -- a NULL or missing table: 22004 or 42P01, not a broken statement
+    PERFORM @extschema@.outbox_check_relation(tbl);
     EXECUTE format('GRANT EXECUTE ON FUNCTION @extschema@.outbox_state_guard(),'
                    ' @extschema@.outbox_inserted(), @extschema@.outbox_insert_statement()'
                    ' TO %s', (SELECT relowner::regrole FROM pg_class WHERE oid = tbl));
@@ -427,6 +431,8 @@ DECLARE
                  WHERE attrelid = tbl AND attname = 'created_at');
     dead name;
 BEGIN
+    -- a NULL or missing table: 22004 or 42P01, not a broken statement
+    PERFORM @extschema@.outbox_check_relation(tbl);
     -- <table>_dead, the table's name shortened as needed to fit in 63 bytes
     dead := rel;
     WHILE octet_length(dead) > 58 LOOP
@@ -509,6 +515,8 @@ DECLARE
     idx record;
     idxname name;
 BEGIN
+    -- a NULL or missing table: 22004 or 42P01, not a broken statement
+    PERFORM @extschema@.outbox_check_relation(tbl);
     FOR idx IN
         SELECT * FROM (VALUES
             ('pending_idx', '(id) WHERE delivery_state OPERATOR(pg_catalog.=) ''pending'' AND not_before IS NULL'),
@@ -557,6 +565,8 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    -- a NULL or missing table: 22004 or 42P01, not a broken statement
+    PERFORM @extschema@.outbox_check_relation(tbl);
     -- as the caller: dropping a trigger runs none of the table's code
     EXECUTE format('DROP TRIGGER zz_delivery_outbox_state_guard ON %s', tbl);
     EXECUTE format('DROP TRIGGER zz_delivery_outbox_inserted ON %s', tbl);
@@ -592,6 +602,8 @@ DECLARE
     last_id bigint;
     partitioned boolean := (SELECT relkind = 'p' FROM pg_class WHERE oid = tbl);
 BEGIN
+    -- a NULL or missing table: 22004 or 42P01, not a broken statement
+    PERFORM @extschema@.outbox_check_relation(tbl);
     FOR col IN
         SELECT * FROM (VALUES
             ('not_before', 'timestamptz'::regtype), ('expires_at', 'timestamptz'::regtype),
@@ -1222,7 +1234,11 @@ BEGIN
        INTO next_id;
     next_id := greatest(next_id, 1);
     k := (next_id - 1) / partition_rows;
-    bound := (k + 1) * partition_rows + 1;
+    -- (the bound of the last partition a huge partition_rows allows would
+    -- pass the largest bigint: it stops there, as the partitions made ahead do)
+    bound := CASE WHEN k + 1 > (9223372036854775807 - 1) / partition_rows
+                  THEN 9223372036854775807
+                  ELSE (k + 1) * partition_rows + 1 END;
     part := left(rel, 63 - length('_p' || k)) || '_p' || k;
     IF to_regclass(format('%I.%I', nsp, part)) IS NOT NULL
        OR EXISTS (SELECT FROM pg_type WHERE typname = part

@@ -67,6 +67,7 @@
 #include "catalog/pg_index.h"
 #include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
+#include "common/int.h"
 #include "executor/spi.h"
 #include "lib/qunique.h"
 #include "mb/pg_wchar.h"
@@ -209,6 +210,29 @@ static int	outbox_safe_path(void);
 PG_FUNCTION_INFO_V1(outbox_partitions_ahead);
 
 /*
+ * The bounds of partition k of n ids: from k * n + 1 (never past the
+ * largest id, since k is that of an id) up to (k + 1) * n + 1, exclusive,
+ * saturated at the largest bigint for the last partition a huge
+ * partition_rows allows (its bound would wrap: an empty range).
+ */
+static inline int64
+outbox_part_lower(int64 k, int64 n)
+{
+	return k * n + 1;
+}
+
+static inline int64
+outbox_part_upper(int64 k, int64 n)
+{
+	int64		upper;
+
+	if (pg_mul_s64_overflow(k + 1, n, &upper) ||
+		pg_add_s64_overflow(upper, 1, &upper))
+		return PG_INT64_MAX;
+	return upper;
+}
+
+/*
  * outbox_partitions_make
  *
  * For the enqueue functions and outbox_purge: make the missing partitions
@@ -316,7 +340,7 @@ outbox_partitions_missing(OutboxTable *table, const int64 *ks, int nks)
 	int			i;
 
 	for (i = 0; i < nks && !missing; i++)
-		missing = outbox_range_free(parts, nparts, ks[i] * n + 1, (ks[i] + 1) * n + 1);
+		missing = outbox_range_free(parts, nparts, outbox_part_lower(ks[i], n), outbox_part_upper(ks[i], n));
 	table_close(rel, AccessShareLock);
 	pfree(parts);
 	return missing;
@@ -579,7 +603,7 @@ outbox_make_missing(OutboxTable *table, const int64 *ks, int nks,
 	rel = table_open(relid, AccessShareLock);
 	nparts = outbox_partition_list(rel, &parts);
 	for (i = 0; i < nks; i++)
-		if (outbox_range_free(parts, nparts, ks[i] * n + 1, (ks[i] + 1) * n + 1))
+		if (outbox_range_free(parts, nparts, outbox_part_lower(ks[i], n), outbox_part_upper(ks[i], n)))
 			break;
 	if (i == nks)
 	{
@@ -611,7 +635,7 @@ outbox_make_missing(OutboxTable *table, const int64 *ks, int nks,
 	{
 		ErrorData  *edata;
 
-		if (!outbox_range_free(parts, nparts, ks[i] * n + 1, (ks[i] + 1) * n + 1))
+		if (!outbox_range_free(parts, nparts, outbox_part_lower(ks[i], n), outbox_part_upper(ks[i], n)))
 			continue;
 		job.k = ks[i];
 		job.rows = n;
@@ -932,8 +956,8 @@ outbox_make_partition(OutboxPartitionJob *job)
 	 */
 	sql.sql = psprintf("ALTER TABLE %s ATTACH PARTITION %s"
 					   " FOR VALUES FROM (" INT64_FORMAT ") TO (" INT64_FORMAT ")",
-					   parent, qname, job->k * job->rows + 1,
-					   (job->k + 1) * job->rows + 1);
+					   parent, qname, outbox_part_lower(job->k, job->rows),
+					   outbox_part_upper(job->k, job->rows));
 	if (outbox_owner_may_attach(job))
 		outbox_as_owner(job->owner, outbox_run_utility, &sql);
 	else
