@@ -443,7 +443,7 @@ outbox_reclaim(PG_FUNCTION_ARGS)
 	int64		max_rows = PG_ARGISNULL(1) ? 0 : outbox_check_max_rows(fcinfo, 1);
 
 	return outbox_count_result(outbox_reclaim_rows(outbox_target(fcinfo, 2, ACL_UPDATE),
-												cutoff, max_rows));
+												   cutoff, max_rows));
 }
 
 /*
@@ -465,9 +465,9 @@ outbox_reclaim_recipient(PG_FUNCTION_ARGS)
 
 	t = outbox_target(fcinfo, 2, ACL_UPDATE);
 	return outbox_count_result(
-		outbox_requeue(t, nulls[1] == 'n' ?
-					   OUTBOX_PLAN_RESYNC_NULL_TENANT : OUTBOX_PLAN_RESYNC,
-					   values, nulls, 2, OUTBOX_COUNT_RECLAIMED));
+							   outbox_requeue(t, nulls[1] == 'n' ?
+											  OUTBOX_PLAN_RESYNC_NULL_TENANT : OUTBOX_PLAN_RESYNC,
+											  values, nulls, 2, OUTBOX_COUNT_RECLAIMED));
 }
 
 /*
@@ -546,11 +546,12 @@ outbox_purge(PG_FUNCTION_ARGS)
 
 	if (!outbox_table_partitioned(t))
 		PG_RETURN_INT64((int64) outbox_purge_rows(t, cutoff, 0));
+
 	/*
 	 * A partitioned outbox: the acked rows of the partitions that stay are
-	 * deleted, partitions are made ahead, and those that qualify are
-	 * dropped last, so that the drops' lock is held for no more than the
-	 * end of the transaction.
+	 * deleted, partitions are made ahead, and those that qualify are dropped
+	 * last, so that the drops' lock is held for no more than the end of the
+	 * transaction.
 	 */
 	sw = outbox_partitions_sweep(t, cutoff);
 	for (i = 0; i < sw->nkept; i++)
@@ -692,8 +693,8 @@ outbox_enqueue_batch(PG_FUNCTION_ARGS)
 
 		/*
 		 * Keyed positions get the id of the row holding their key (inserted
-		 * now or before); the inserted rows left, in ascending order, are
-		 * the unkeyed positions', in input order.
+		 * now or before); the inserted rows left, in ascending order, are the
+		 * unkeyed positions', in input order.
 		 */
 		CommandCounterIncrement();
 		lookup[0] = values[0];
@@ -905,9 +906,9 @@ outbox_ack_internal(OutboxTable *t, Datum ids, Datum recipient,
 	outbox_spi_connect();
 
 	/*
-	 * One id without a recipient filter, the common case: ack a delivered
-	 * row in one statement.  (Only several rows need locking in id order
-	 * first; a row found otherwise takes the general path below.)
+	 * One id without a recipient filter, the common case: ack a delivered row
+	 * in one statement.  (Only several rows need locking in id order first; a
+	 * row found otherwise takes the general path below.)
 	 */
 	if (recipient_null == 'n' &&
 		ArrayGetNItems(ARR_NDIM(DatumGetArrayTypeP(ids)),

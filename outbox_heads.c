@@ -211,13 +211,13 @@ outbox_order_heads(Relation rel, const OutboxColumns *cols,
 					 ttl_cutoff);
 	scan.max_rows = max_rows;
 	scan.heads = heads;
+
 	/*
 	 * The order epoch and a snapshot (see OutboxLowWater), the sequence's
 	 * next value, then the windows.  Every row with a lower id was drawn
-	 * before: a row found in no index below was then announced by a window.
-	 * A row with that id or above may be drawn at any moment, by a
-	 * statement whose window opens after the windows were read: none is
-	 * handed out.
+	 * before: a row found in no index below was then announced by a window. A
+	 * row with that id or above may be drawn at any moment, by a statement
+	 * whose window opens after the windows were read: none is handed out.
 	 */
 	if (!OidIsValid(info->seqrelid) || !outbox_order_sequence_ok(info->seqrelid))
 		ereport(ERROR,
@@ -238,8 +238,8 @@ outbox_order_heads(Relation rel, const OutboxColumns *cols,
 
 	/*
 	 * The groups with a run in flight: looked up per recipient in the
-	 * (recipient, id) index of delivered rows that outbox_configure()
-	 * makes; without it (a restored default outbox: the index, made on an
+	 * (recipient, id) index of delivered rows that outbox_configure() makes;
+	 * without it (a restored default outbox: the index, made on an
 	 * extension's table, is not dumped), all of them listed once from the
 	 * sweeper's (delivered_at) index, which costs a read of every row in
 	 * flight per claim.
@@ -489,7 +489,7 @@ outbox_scan_recipient(OutboxScan *scan, text *recipient)
 		outbox_recipient_key(&keys[0], scan->delivered_index, BTEqualStrategyNumber,
 							 recipient);
 		iscan = outbox_index_beginscan(scan->rel, scan->delivered_index, &scan->dirty,
-								nkeys, 0);
+									   nkeys, 0);
 		index_rescan(iscan, keys, nkeys, NULL, 0);
 		while (index_getnext_slot(iscan, ForwardScanDirection, scan->slot))
 		{
@@ -530,8 +530,8 @@ outbox_scan_recipient(OutboxScan *scan, text *recipient)
 	 * while the scan goes past it can be missing from it (its old version
 	 * dead by the time it is read, its new index entry added behind the
 	 * scan): the caller reads the rows below each run's head again once it
-	 * has locked the run (outbox_order_locked_run), when every such entry
-	 * is in place.
+	 * has locked the run (outbox_order_locked_run), when every such entry is
+	 * in place.
 	 */
 	outbox_recipient_key(&keys[0], scan->open_index, BTEqualStrategyNumber,
 						 recipient);
@@ -576,12 +576,11 @@ outbox_scan_recipient(OutboxScan *scan, text *recipient)
 	/*
 	 * The recipient's new low water: its first row open at the claim's
 	 * snapshot (which, unlike the dirty one, no update committing under the
-	 * scan hides) or being changed now (running, which the snapshot does
-	 * not see), and never above the lowest window (an id drawn for a row
-	 * that is in no index yet) nor the sequence's next value as the claim
-	 * began (a row inserted later has a higher id).  A row that joins the
-	 * recipient below it otherwise moves the order epoch on
-	 * (outbox_note_order_change).
+	 * scan hides) or being changed now (running, which the snapshot does not
+	 * see), and never above the lowest window (an id drawn for a row that is
+	 * in no index yet) nor the sequence's next value as the claim began (a
+	 * row inserted later has a higher id).  A row that joins the recipient
+	 * below it otherwise moves the order epoch on (outbox_note_order_change).
 	 */
 	if (scan->use_low)
 	{
@@ -780,7 +779,7 @@ outbox_next_recipient(OutboxScan *scan, text *after)
 	 * finds nothing; an open transaction anywhere keeps many such entries).
 	 */
 	iscan = outbox_index_beginscan(scan->rel, scan->open_index, &scan->dirty,
-							after != NULL ? 1 : 0, 0);
+								   after != NULL ? 1 : 0, 0);
 	iscan->xs_want_itup = true;
 	if (after != NULL)
 		outbox_recipient_key(&key, scan->open_index, BTGreaterStrategyNumber,
@@ -932,9 +931,9 @@ outbox_heads_relcache_callback(Datum arg, Oid relid)
 	HASH_SEQ_STATUS status;
 
 	/*
-	 * Its setting may have changed (outbox_configure invalidates the
-	 * outbox), and while it was not ordered nothing moved its order epoch
-	 * on: read its recipients from the start again.
+	 * Its setting may have changed (outbox_configure invalidates the outbox),
+	 * and while it was not ordered nothing moved its order epoch on: read its
+	 * recipients from the start again.
 	 */
 	if (outbox_low_waters != NULL)
 	{

@@ -112,7 +112,8 @@ typedef struct OutboxInsertCache
 	int		   *index_pred;		/* its predicate in preds[], or -1 */
 	int			npreds;			/* distinct partial-index predicates */
 	List	  **preds;			/* implicit-AND lists, for ExecInitQual */
-	Oid			dedup_index;	/* unique (recipient, dedup_key), or InvalidOid */
+	Oid			dedup_index;	/* unique (recipient, dedup_key), or
+								 * InvalidOid */
 } OutboxInsertCache;
 
 static bool outbox_insert_intercepted(void);
@@ -214,8 +215,8 @@ outbox_insert_row(OutboxTable *table, Datum *values, const char *nulls,
 		estate->es_opened_result_relations = list_make1(rri);
 
 		/*
-		 * CHECK constraints, as ExecRelCheck would build them from the
-		 * trees it plans (ExecPrepareExpr), here from the planned ones
+		 * CHECK constraints, as ExecRelCheck would build them from the trees
+		 * it plans (ExecPrepareExpr), here from the planned ones
 		 */
 		if (cache->ncheck > 0)
 		{
@@ -301,9 +302,9 @@ outbox_insert_row(OutboxTable *table, Datum *values, const char *nulls,
 			bool		isnull;
 
 			/*
-			 * A CHECK constraint or a generated column may read tableoid,
-			 * and a row a trigger returned was stored with its own: set it
-			 * again, as ExecInsert does before evaluating them.
+			 * A CHECK constraint or a generated column may read tableoid, and
+			 * a row a trigger returned was stored with its own: set it again,
+			 * as ExecInsert does before evaluating them.
 			 */
 			slot->tts_tableOid = RelationGetRelid(rel);
 			if (tupdesc->constr != NULL &&
@@ -323,8 +324,8 @@ outbox_insert_row(OutboxTable *table, Datum *values, const char *nulls,
 				/*
 				 * INSERT ... ON CONFLICT (recipient, dedup_key) DO NOTHING,
 				 * as ExecInsert runs it: look for a conflicting row (waiting
-				 * for one being inserted); none, insert speculatively and
-				 * let the index insertion confirm it, or start over when a
+				 * for one being inserted); none, insert speculatively and let
+				 * the index insertion confirm it, or start over when a
 				 * concurrent insertion of the same key won the race.
 				 */
 				for (;;)
@@ -440,7 +441,11 @@ outbox_insert_plain_table(Relation rel)
 	if (trig != NULL &&
 		(trig->trig_insert_instead_row || trig->trig_insert_new_table))
 		return false;
-	/* statement triggers: only the insert markers' own, whose work is done here */
+
+	/*
+	 * statement triggers: only the insert markers' own, whose work is done
+	 * here
+	 */
 	for (i = 0; trig != NULL && i < trig->numtriggers; i++)
 	{
 		Trigger    *t = &trig->triggers[i];
@@ -489,15 +494,15 @@ outbox_insert_prepare(Relation rel)
 	 * (ExecInitExpr checks the others' at each row): trees planned as one
 	 * user are not used for another.  The function is SECURITY DEFINER, so
 	 * the user is normally always its owner, or the table's (outbox_api.c
-	 * runs the insert as the owner of an outbox other than the default
-	 * one).  An inlined function's body is parsed under the search_path of
-	 * the planning, so the trees are planned again under another, as a
-	 * cached plan is (the enqueue normally pins it: the function's SET
-	 * search_path, or outbox_as_owner's, both pg_catalog, pg_temp; pg_temp
-	 * becomes a namespace of its own once the session creates one).
-	 * DISCARD ALL needs nothing more: what it drops (temporary objects,
-	 * settings) reaches the trees through those invalidations and the
-	 * search_path, and no state outlives a row.
+	 * runs the insert as the owner of an outbox other than the default one).
+	 * An inlined function's body is parsed under the search_path of the
+	 * planning, so the trees are planned again under another, as a cached
+	 * plan is (the enqueue normally pins it: the function's SET search_path,
+	 * or outbox_as_owner's, both pg_catalog, pg_temp; pg_temp becomes a
+	 * namespace of its own once the session creates one). DISCARD ALL needs
+	 * nothing more: what it drops (temporary objects, settings) reaches the
+	 * trees through those invalidations and the search_path, and no state
+	 * outlives a row.
 	 */
 	if (cache->generation == outbox_insert_generation &&
 		cache->relid == RelationGetRelid(rel) &&
@@ -554,9 +559,9 @@ outbox_insert_prepare(Relation rel)
 
 		/*
 		 * The indexes ExecOpenIndices would open, with their IndexInfos and
-		 * partial-index predicates (as ExecPrepareQual plans them; equal
-		 * ones once).  An index with expressions or an exclusion constraint
-		 * has its IndexInfo built per row, as ExecOpenIndices builds it.
+		 * partial-index predicates (as ExecPrepareQual plans them; equal ones
+		 * once).  An index with expressions or an exclusion constraint has
+		 * its IndexInfo built per row, as ExecOpenIndices builds it.
 		 */
 		indexes = rel->rd_rel->relhasindex ? RelationGetIndexList(rel) : NIL;
 		cache->nindexes = list_length(indexes);

@@ -99,9 +99,9 @@ typedef struct OutboxMarkerSet
 {
 	FullTransactionId xid;		/* the (newest) transaction; Invalid: empty */
 	Oid			dboid;			/* its database; InvalidOid: history folded
-								 * from several (a slot reused by a backend
-								 * of another database), which applies to
-								 * every database */
+								 * from several (a slot reused by a backend of
+								 * another database), which applies to every
+								 * database */
 	bool		overflow;		/* more outboxes than entries: all marked */
 	int			nentries;
 	OutboxMarkerEntry entries[OUTBOX_MARKER_TABLES];
@@ -164,6 +164,7 @@ static OutboxMarkerOpen outbox_open[OUTBOX_MARKER_MAX_OPEN];
 static int	outbox_nopen = 0;
 static bool outbox_open_lost = false;	/* more opens than tracked */
 static int	outbox_prepared_entry = -1; /* reserved at PRE_PREPARE */
+
 /* without shared memory: the value each entry's window lock carries */
 static int64 outbox_window_lock[OUTBOX_MARKER_TABLES];
 
@@ -350,10 +351,11 @@ outbox_marker_row(Oid relid, int64 id)
 			outbox_history_lock(outbox_my_set.xid, relid, id);
 		}
 	}
+
 	/*
 	 * The window never moves up within a statement: its rows need not be
-	 * inserted in the order their ids were drawn (ids given, or drawn
-	 * under a sort), so a row's id says nothing of those not yet in.
+	 * inserted in the order their ids were drawn (ids given, or drawn under a
+	 * sort), so a row's id says nothing of those not yet in.
 	 */
 	if (outbox_windowed[e] && outbox_depth[e] > 0 && id < entry->window)
 	{
@@ -571,6 +573,7 @@ outbox_markers_xact_callback(XactEvent event, void *arg)
 		default:
 			return;
 	}
+
 	/*
 	 * A rolled-back insert into an ordered outbox may have held rows back,
 	 * and no NOTIFY comes of a rollback: wake outbox_wait() sleepers.

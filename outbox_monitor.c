@@ -357,6 +357,7 @@ outbox_activity(PG_FUNCTION_ARGS)
 
 	tupstore = outbox_begin_srf(fcinfo, 0);
 	tupdesc = ((ReturnSetInfo *) fcinfo->resultinfo)->setDesc;
+
 	/*
 	 * 1.2: a row per outbox, with its OID; 1.1: a row per database, without
 	 * the counters of dead letters.
@@ -371,8 +372,8 @@ outbox_activity(PG_FUNCTION_ARGS)
 		bool		installed = outbox_installed();
 
 		/*
-		 * Count when never counted since the start; where no worker
-		 * re-counts at every sweep, also when the last count is older than
+		 * Count when never counted since the start; where no worker re-counts
+		 * at every sweep, also when the last count is older than
 		 * OUTBOX_RECOUNT_MS, so that drift (TRUNCATE, a dropped extension)
 		 * does not last.
 		 */

@@ -610,6 +610,7 @@ outbox_make_missing(OutboxTable *table, const int64 *ks, int nks,
 		table_close(rel, AccessShareLock);
 		return 0;				/* the usual case: all there */
 	}
+
 	/*
 	 * A partition the rows need now is waited for: the session holding the
 	 * lock is making it, or dropping one, and this one makes it if that
@@ -622,6 +623,7 @@ outbox_make_missing(OutboxTable *table, const int64 *ks, int nks,
 		table_close(rel, AccessShareLock);
 		return 0;
 	}
+
 	/*
 	 * What the lock's holder before us made is in the catalogs now.  The
 	 * table is closed again, but stays locked: ALTER TABLE refuses a table
@@ -639,10 +641,11 @@ outbox_make_missing(OutboxTable *table, const int64 *ks, int nks,
 			continue;
 		job.k = ks[i];
 		job.rows = n;
+
 		/*
 		 * A partition made ahead that cannot be made (the owner lost CREATE
-		 * on the schema, a name taken) is a warning; one the rows need now
-		 * is the caller's error.
+		 * on the schema, a name taken) is a warning; one the rows need now is
+		 * the caller's error.
 		 */
 		edata = outbox_partition_try(outbox_make_partition_work, &job, NULL);
 		if (edata == NULL)
@@ -739,6 +742,7 @@ outbox_partitions_drop(OutboxTable *table, OutboxPartitionSweep *sw,
 		int64		held;
 
 		CHECK_FOR_INTERRUPTS();
+
 		/*
 		 * Its rows, counted before the lock: being all acked, they can only
 		 * go (a concurrent purge), or the partition stops qualifying.
@@ -924,9 +928,9 @@ outbox_make_partition(OutboxPartitionJob *job)
 
 	/*
 	 * As the calling user: the owner may lack CREATE on the schema, and
-	 * cannot give the table to itself.  Nothing of the outbox runs here:
-	 * LIKE copies the defaults and CHECK constraints without evaluating
-	 * them, and the new table has no row, no index and no trigger yet.
+	 * cannot give the table to itself.  Nothing of the outbox runs here: LIKE
+	 * copies the defaults and CHECK constraints without evaluating them, and
+	 * the new table has no row, no index and no trigger yet.
 	 */
 	save_nestlevel = outbox_safe_path();
 	if (SPI_connect() != SPI_OK_CONNECT)
@@ -943,16 +947,16 @@ outbox_make_partition(OutboxPartitionJob *job)
 	AtEOXact_GUC(true, save_nestlevel);
 
 	/*
-	 * ATTACH PARTITION scans the new table (and a default partition),
-	 * builds the outbox's indexes on it and simplifies its CHECK
-	 * constraints and index expressions, which evaluates the immutable
-	 * calls among them: the owner's functions run there.  So it runs as the
-	 * outbox's owner, who owns both tables now.  But it also copies the
-	 * outbox's row triggers to the new table, checking EXECUTE on their
-	 * functions for the current user, and the extension's are granted to
-	 * nobody: an owner without that grant gets the ATTACH run as the
-	 * calling user, only if none of those expressions calls anything but a
-	 * built-in function (nothing of the owner's can run then).
+	 * ATTACH PARTITION scans the new table (and a default partition), builds
+	 * the outbox's indexes on it and simplifies its CHECK constraints and
+	 * index expressions, which evaluates the immutable calls among them: the
+	 * owner's functions run there.  So it runs as the outbox's owner, who
+	 * owns both tables now.  But it also copies the outbox's row triggers to
+	 * the new table, checking EXECUTE on their functions for the current
+	 * user, and the extension's are granted to nobody: an owner without that
+	 * grant gets the ATTACH run as the calling user, only if none of those
+	 * expressions calls anything but a built-in function (nothing of the
+	 * owner's can run then).
 	 */
 	sql.sql = psprintf("ALTER TABLE %s ATTACH PARTITION %s"
 					   " FOR VALUES FROM (" INT64_FORMAT ") TO (" INT64_FORMAT ")",
@@ -1295,9 +1299,10 @@ outbox_lock_for_drop(void *arg)
 	OutboxPartitionJob *job = arg;
 
 	LockRelationOid(job->relid, AccessExclusiveLock);
+
 	/*
-	 * The partition's lock without waiting: a wait here (for an autovacuum
-	 * of it, say) would hold everyone up behind the outbox's lock.
+	 * The partition's lock without waiting: a wait here (for an autovacuum of
+	 * it, say) would hold everyone up behind the outbox's lock.
 	 */
 	if (!ConditionalLockRelationOid(job->partid, AccessExclusiveLock))
 		ereport(ERROR,

@@ -26,6 +26,7 @@ extern int	outbox_partitions_make(OutboxTable *table, int64 rows);
 extern int	outbox_partitions_upkeep(OutboxTable *table);
 extern int	outbox_partitions_make_for(OutboxTable *table, const int64 *ids,
 									   int nids);
+
 /*
  * What retention at a cutoff would do to a partitioned outbox
  * (outbox_partitions_sweep): the partitions to drop, oldest first, with

@@ -487,8 +487,8 @@ outbox_claim_ordered(OutboxTable *table, int64 max_rows, text *recipient,
 		/*
 		 * Each run's rows come in id order; one that could not be locked
 		 * (another claim has it, or it changed) ends its run: nothing after
-		 * it may go out before it.  The rows after it stay locked until
-		 * the transaction ends, unclaimed.
+		 * it may go out before it.  The rows after it stay locked until the
+		 * transaction ends, unclaimed.
 		 */
 		for (i = 0; i < heads.n; i++)
 		{
@@ -515,8 +515,8 @@ outbox_claim_ordered(OutboxTable *table, int64 max_rows, text *recipient,
 
 		/*
 		 * Each run as locked, read again: nothing of its group between its
-		 * rows, or below its head, may have slipped past the first scan
-		 * while it changed (outbox_heads.c).
+		 * rows, or below its head, may have slipped past the first scan while
+		 * it changed (outbox_heads.c).
 		 */
 		run = palloc(sizeof(int64) * heads.n);
 		for (i = 0; i < heads.n; i++)

@@ -42,7 +42,7 @@ typedef enum OutboxCounter
 	OUTBOX_COUNT_HANDOVER_DROPPED,
 	OUTBOX_COUNT_DEAD_LETTERED, /* since 1.2: not in 1.1's outbox_activity */
 	OUTBOX_COUNT_REDRIVEN,
-	OUTBOX_COUNT_BACKLOG_PENDING,		/* gauges: applied as signed deltas */
+	OUTBOX_COUNT_BACKLOG_PENDING,	/* gauges: applied as signed deltas */
 	OUTBOX_COUNT_BACKLOG_DELIVERED,
 	OUTBOX_NUM_COUNTERS
 } OutboxCounter;

@@ -72,7 +72,7 @@ StaticAssertDecl(OUTBOX_NUM_PLANS <= OUTBOX_NUM_PLANS_MAX,
 typedef struct OutboxPlanDef
 {
 	const char *sql;
-	Oid			argtypes[OUTBOX_PLAN_MAX_ARGS];	/* InvalidOid-terminated */
+	Oid			argtypes[OUTBOX_PLAN_MAX_ARGS]; /* InvalidOid-terminated */
 
 	/*
 	 * The statement for a table without the delivery policy's columns: the
@@ -84,8 +84,8 @@ typedef struct OutboxPlanDef
 
 	/*
 	 * A scan that must walk its index in order and stop after its batch,
-	 * whatever the table's statistics say: planned and run with the
-	 * planner's other paths disabled (see outbox_execute_work).
+	 * whatever the table's statistics say: planned and run with the planner's
+	 * other paths disabled (see outbox_execute_work).
 	 */
 	bool		walk_index;
 } OutboxPlanDef;
@@ -303,7 +303,7 @@ typedef struct OutboxPlanDef
 /* 1.1's statements, for tables without the policy's columns */
 static const char outbox_same_sql[] = "";
 
-#define OUTBOX_SAME_SQL		outbox_same_sql	/* legacy: the same statement */
+#define OUTBOX_SAME_SQL		outbox_same_sql /* legacy: the same statement */
 #define OUTBOX_LEGACY_CLAIM_SQL(filter, by) \
 	"WITH c AS (" \
 	"SELECT id FROM %1$s" \
@@ -359,14 +359,14 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		{TEXTOID, TEXTOID},
 		.walk_index = true
 	},
-	[OUTBOX_PLAN_CLAIM] = {OUTBOX_CLAIM_SQL("", ""), OUTBOX_CLAIM_ARGS, OUTBOX_LEGACY_CLAIM_SQL("", ""), .walk_index = true},
+	[OUTBOX_PLAN_CLAIM] = {OUTBOX_CLAIM_SQL("", ""), OUTBOX_CLAIM_ARGS, OUTBOX_LEGACY_CLAIM_SQL("", ""),.walk_index = true},
 	[OUTBOX_PLAN_CLAIM_R] = {
 		OUTBOX_CLAIM_SQL(OUTBOX_RECIPIENT_IS("$2"), OUTBOX_BY_RECIPIENT_ORDER),
 		OUTBOX_CLAIM_ARGS,
 		OUTBOX_LEGACY_CLAIM_SQL(OUTBOX_RECIPIENT_IS("$2"), OUTBOX_BY_RECIPIENT_ORDER),
 		.walk_index = true
 	},
-	[OUTBOX_PLAN_CLAIM_T] = {OUTBOX_CLAIM_SQL(OUTBOX_BY_TENANT, ""), OUTBOX_CLAIM_ARGS, OUTBOX_LEGACY_CLAIM_SQL(OUTBOX_BY_TENANT, ""), .walk_index = true},
+	[OUTBOX_PLAN_CLAIM_T] = {OUTBOX_CLAIM_SQL(OUTBOX_BY_TENANT, ""), OUTBOX_CLAIM_ARGS, OUTBOX_LEGACY_CLAIM_SQL(OUTBOX_BY_TENANT, ""),.walk_index = true},
 	[OUTBOX_PLAN_CLAIM_RT] = {
 		OUTBOX_CLAIM_SQL(OUTBOX_RECIPIENT_IS("$2") OUTBOX_BY_TENANT, OUTBOX_BY_RECIPIENT_ORDER),
 		OUTBOX_CLAIM_ARGS,
@@ -407,7 +407,7 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		OUTBOX_LEGACY_REQUEUE_SQL("SELECT id FROM %1$s"
 								  " WHERE id OPERATOR(pg_catalog.=) ANY ($6)"
 								  " AND pg_catalog.texteq(delivery_state, 'delivered')"
-								  " ORDER BY id FOR UPDATE"), .walk_index = true},
+								  " ORDER BY id FOR UPDATE"),.walk_index = true},
 	/* $6 cutoff, $7 max rows */
 	[OUTBOX_PLAN_RECLAIM] = {
 		OUTBOX_REQUEUE_SQL("SELECT " OUTBOX_LOCKED_COLUMNS " FROM %1$s"
@@ -419,18 +419,18 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		OUTBOX_LEGACY_REQUEUE_SQL("SELECT id FROM %1$s"
 								  " WHERE delivery_state OPERATOR(pg_catalog.=) 'delivered'"
 								  " AND delivered_at OPERATOR(pg_catalog.<) $6"
-								  " ORDER BY delivered_at LIMIT $7 FOR UPDATE SKIP LOCKED"), .walk_index = true},
+								  " ORDER BY delivered_at LIMIT $7 FOR UPDATE SKIP LOCKED"),.walk_index = true},
 	/* $6 recipient, $7 tenant: immediate, no backoff */
 	[OUTBOX_PLAN_RESYNC] = {
 		OUTBOX_REQUEUE_SQL(OUTBOX_RESYNC_LOCK("tenant_id OPERATOR(pg_catalog.=) $7"),
 						   "NULL", "NULL::pg_catalog.text"),
 		{OUTBOX_POLICY_ARGS, TEXTOID, TEXTOID},
-		OUTBOX_LEGACY_REQUEUE_SQL(OUTBOX_RESYNC_LOCK("tenant_id OPERATOR(pg_catalog.=) $7")), .walk_index = true},
+	OUTBOX_LEGACY_REQUEUE_SQL(OUTBOX_RESYNC_LOCK("tenant_id OPERATOR(pg_catalog.=) $7")),.walk_index = true},
 	[OUTBOX_PLAN_RESYNC_NULL_TENANT] = {
 		OUTBOX_REQUEUE_SQL(OUTBOX_RESYNC_LOCK("tenant_id IS NULL"),
 						   "NULL", "NULL::pg_catalog.text"),
 		{OUTBOX_POLICY_ARGS, TEXTOID, TEXTOID},
-		OUTBOX_LEGACY_REQUEUE_SQL(OUTBOX_RESYNC_LOCK("tenant_id IS NULL")), .walk_index = true},
+	OUTBOX_LEGACY_REQUEUE_SQL(OUTBOX_RESYNC_LOCK("tenant_id IS NULL")),.walk_index = true},
 	[OUTBOX_PLAN_REASSIGN] = {
 		"WITH l AS ("
 		"SELECT id FROM %1$s"
@@ -454,7 +454,7 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		" ORDER BY recipient, id FOR UPDATE)"
 		" UPDATE %1$s o SET recipient = $2, delivery_state = 'pending'"
 		" FROM l WHERE o.id OPERATOR(pg_catalog.=) l.id"
-		" AND NOT pg_catalog.texteq(o.delivery_state, 'acked')", .walk_index = true},
+	" AND NOT pg_catalog.texteq(o.delivery_state, 'acked')",.walk_index = true},
 	/* $1 now, $2 ids, $3 error */
 	[OUTBOX_PLAN_REJECT] = {
 		"WITH l AS ("
@@ -468,7 +468,7 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		" RETURNING o.*),"
 		OUTBOX_TO_DEAD("coalesce($3, last_error)", "'rejected'")
 		" SELECT pg_catalog.count(*) FROM x",
-		{TIMESTAMPTZOID, INT8ARRAYOID, TEXTOID}, .walk_index = true},
+	{TIMESTAMPTZOID, INT8ARRAYOID, TEXTOID},.walk_index = true},
 	/* $1 now (the new created_at), $2 ids */
 	[OUTBOX_PLAN_REDRIVE] = {
 		"WITH l AS ("
@@ -484,13 +484,14 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		" x AS (DELETE FROM %3$s d USING i WHERE d.id OPERATOR(pg_catalog.=) i.id"
 		" RETURNING 1)"
 		" SELECT pg_catalog.count(*) FROM x",
-		{TABLE_TIME, INT8ARRAYOID}, .walk_index = true},
+	{TABLE_TIME, INT8ARRAYOID},.walk_index = true},
+
 	/*
 	 * The worker's expiry sweep: pending rows past expires_at (from their
-	 * index), or past the ttl among the oldest ready rows, the due
-	 * scheduled ones and (with a ttl: a scan of the scheduled rows, which
-	 * no index orders by age) the others; $1 now, $2 the ttl cutoff, $3
-	 * max rows of each.
+	 * index), or past the ttl among the oldest ready rows, the due scheduled
+	 * ones and (with a ttl: a scan of the scheduled rows, which no index
+	 * orders by age) the others; $1 now, $2 the ttl cutoff, $3 max rows of
+	 * each.
 	 */
 	[OUTBOX_PLAN_EXPIRE] = {
 		"WITH c AS ("
@@ -521,10 +522,11 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		" RETURNING o.*),"
 		OUTBOX_TO_DEAD("last_error", "'expired'")
 		" SELECT pg_catalog.count(*) FROM x",
-		{TIMESTAMPTZOID, TABLE_TIME, INT8OID}, .walk_index = true},
+	{TIMESTAMPTZOID, TABLE_TIME, INT8OID},.walk_index = true},
+
 	/*
-	 * The worker's wake-ups of scheduled rows: those that fell due after
-	 * the (not_before, id) it got to; $1, $2 that position, $3 now, $4 max.
+	 * The worker's wake-ups of scheduled rows: those that fell due after the
+	 * (not_before, id) it got to; $1, $2 that position, $3 now, $4 max.
 	 */
 	[OUTBOX_PLAN_DUE] = {
 		"SELECT id, not_before FROM %1$s"
@@ -534,8 +536,8 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		" AND not_before OPERATOR(pg_catalog.<=) $3"
 		" AND (expires_at IS NULL OR expires_at OPERATOR(pg_catalog.>) $3)"
 		" ORDER BY not_before, id LIMIT $4",
-		{TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID, INT8OID}, .walk_index = true},
-	[OUTBOX_PLAN_NEXT_DUE] = {OUTBOX_NEXT_DUE_SQL(""), {TIMESTAMPTZOID, TEXTOID}, .walk_index = true},
+	{TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID, INT8OID},.walk_index = true},
+	[OUTBOX_PLAN_NEXT_DUE] = {OUTBOX_NEXT_DUE_SQL(""), {TIMESTAMPTZOID, TEXTOID},.walk_index = true},
 	[OUTBOX_PLAN_NEXT_DUE_R] = {
 		"SELECT (SELECT not_before FROM %1$s"
 		" WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'"
@@ -545,11 +547,11 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		{TIMESTAMPTZOID, TEXTOID},
 		.walk_index = true
 	},
-	[OUTBOX_PLAN_REPLAY] = {OUTBOX_REPLAY_SQL(""), {TEXTOID, INT8OID, INT8OID, TEXTOID}, OUTBOX_SAME_SQL, .walk_index = true},
+	[OUTBOX_PLAN_REPLAY] = {OUTBOX_REPLAY_SQL(""), {TEXTOID, INT8OID, INT8OID, TEXTOID}, OUTBOX_SAME_SQL,.walk_index = true},
 	[OUTBOX_PLAN_REPLAY_T] = {
 		OUTBOX_REPLAY_SQL(" AND tenant_id OPERATOR(pg_catalog.=) $4"),
 		{TEXTOID, INT8OID, INT8OID, TEXTOID},
-		OUTBOX_SAME_SQL, .walk_index = true},
+	OUTBOX_SAME_SQL,.walk_index = true},
 	[OUTBOX_PLAN_PURGE] = {
 		"WITH d AS ("
 		"SELECT id FROM %1$s"
@@ -559,7 +561,7 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		" DELETE FROM %1$s o USING d"
 		" WHERE o.id OPERATOR(pg_catalog.=) d.id",
 		{TABLE_TIME, INT8OID},
-		OUTBOX_SAME_SQL, .walk_index = true},
+	OUTBOX_SAME_SQL,.walk_index = true},
 	/* the same, of the ids [$3, $4) only: one partition's */
 	[OUTBOX_PLAN_PURGE_RANGE] = {
 		"WITH d AS ("
@@ -571,7 +573,7 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		" DELETE FROM %1$s o USING d"
 		" WHERE o.id OPERATOR(pg_catalog.=) d.id"
 		" AND o.id OPERATOR(pg_catalog.>=) $3 AND o.id OPERATOR(pg_catalog.<) $4",
-		{TABLE_TIME, INT8OID, INT8OID, INT8OID}, .walk_index = true},
+	{TABLE_TIME, INT8OID, INT8OID, INT8OID},.walk_index = true},
 	[OUTBOX_PLAN_STATS] = {
 		OUTBOX_STATS_SQL("(SELECT pg_catalog.count(*) FROM %3$s)"),
 		{TABLE_TIME},
@@ -599,7 +601,7 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		{TEXTARRAYOID, TEXTARRAYOID},
 		.walk_index = true
 	},
-	[OUTBOX_PLAN_EXISTS] = {OUTBOX_EXISTS_SQL(""), {TEXTOID, TIMESTAMPTZOID, TABLE_TIME}, OUTBOX_LEGACY_EXISTS_SQL(""), .walk_index = true},
+	[OUTBOX_PLAN_EXISTS] = {OUTBOX_EXISTS_SQL(""), {TEXTOID, TIMESTAMPTZOID, TABLE_TIME}, OUTBOX_LEGACY_EXISTS_SQL(""),.walk_index = true},
 	[OUTBOX_PLAN_EXISTS_R] = {
 		"SELECT (SELECT id FROM %1$s"
 		" WHERE delivery_state OPERATOR(pg_catalog.=) 'pending' AND not_before IS NULL"
@@ -626,10 +628,11 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		{InvalidOid},
 		OUTBOX_SAME_SQL
 	},
+
 	/*
 	 * An ordered claim (outbox_heads.c chose the rows): lock what is still
-	 * pending, skipping locked rows; then, of each run, only the rows
-	 * locked from its head on are claimed.  $1 ids.
+	 * pending, skipping locked rows; then, of each run, only the rows locked
+	 * from its head on are claimed.  $1 ids.
 	 */
 	[OUTBOX_PLAN_ORDERED_LOCK] = {
 		"SELECT id FROM %1$s"
@@ -869,16 +872,15 @@ outbox_execute_work(void *arg)
 	 * A scan of the open rows by one of the partial indexes, which must cost
 	 * its batch whatever the statistics say: a queue's are stale by nature
 	 * (never analyzed after a burst or a restore, analyzed while empty, or
-	 * analyzed full and drained since), and with them the planner would
-	 * take a bitmap scan of every pending row and a sort, or a hash join
-	 * over the whole table, for a dozen rows.  So it is planned, and run
-	 * (the plan cache re-plans inside the execution after an ANALYZE or
-	 * any invalidation, and a custom plan is made at each run), with every
-	 * path but the index scans and nested loops disabled: the walk of the
-	 * index in its order, stopped by the LIMIT, is then the only plan left
-	 * (and no JIT compiling, which the disabled paths' costs would
-	 * otherwise call for).  The settings end with the nest level, errors
-	 * included.
+	 * analyzed full and drained since), and with them the planner would take
+	 * a bitmap scan of every pending row and a sort, or a hash join over the
+	 * whole table, for a dozen rows.  So it is planned, and run (the plan
+	 * cache re-plans inside the execution after an ANALYZE or any
+	 * invalidation, and a custom plan is made at each run), with every path
+	 * but the index scans and nested loops disabled: the walk of the index in
+	 * its order, stopped by the LIMIT, is then the only plan left (and no JIT
+	 * compiling, which the disabled paths' costs would otherwise call for).
+	 * The settings end with the nest level, errors included.
 	 */
 	save_nestlevel = NewGUCNestLevel();
 	PG_TRY();

@@ -271,10 +271,11 @@ outbox_guard_insert(Relation rel, HeapTuple tuple, const OutboxColumns *cols,
 	if (isnull)
 		return tuple;
 	id = DatumGetInt64(d);
+
 	/*
-	 * The row's id is drawn; everything the statement inserted before is
-	 * in.  A row below the ids drawn (one that brings its own) may land
-	 * below a recipient's open rows: the ordered claims must look again.
+	 * The row's id is drawn; everything the statement inserted before is in.
+	 * A row below the ids drawn (one that brings its own) may land below a
+	 * recipient's open rows: the ordered claims must look again.
 	 */
 	if (outbox_marker_row(cols->outbox, id) &&
 		outbox_trigger_ordered(rel))
@@ -518,10 +519,9 @@ outbox_guard_update(Relation rel, HeapTuple oldtuple, HeapTuple newtuple,
 	}
 
 	/*
-	 * Wake relays when the row becomes claimable for its recipient: back
-	 * from delivered, re-addressed while pending, or its not_before moved
-	 * to now or earlier; a row scheduled for later is woken when due, by
-	 * the worker.
+	 * Wake relays when the row becomes claimable for its recipient: back from
+	 * delivered, re-addressed while pending, or its not_before moved to now
+	 * or earlier; a row scheduled for later is woken when due, by the worker.
 	 */
 	if (outbox_trigger_ordered(rel))
 	{
@@ -716,6 +716,7 @@ outbox_column(Relation rel, const char *name, Oid typid, bool required)
 
 		if (att->attisdropped || strcmp(NameStr(att->attname), name) != 0)
 			continue;
+
 		/*
 		 * A timestamp column may also be "timestamp" without time zone (the
 		 * seed system's tables): it then holds UTC wall-clock times, which

@@ -222,7 +222,8 @@ outbox_sweeper_main(Datum main_arg)
 	strlcpy(dbname, MyBgworkerEntry->bgw_extra, sizeof(dbname));
 	if (outbox_shared == NULL || sweeper_shared == NULL ||
 		index < 0 || index >= OUTBOX_MAX_WORKERS)
-		proc_exit(0);			/* can't happen: registered only when preloaded */
+		proc_exit(0);			/* can't happen: registered only when
+								 * preloaded */
 
 	/* not into a database a command needs to itself, or that is gone */
 	sweeper_slot = &sweeper_shared->slots[index];
@@ -274,10 +275,10 @@ outbox_sweeper_main(Datum main_arg)
 						OUTBOX_MAX_DATABASES)));
 
 	/*
-	 * The ring is this database's alone: one another database still holds
-	 * (it was renamed away from the configured name in a way the commit
-	 * callback did not see, as by COMMIT PREPARED) is taken from it, its
-	 * producers then notifying at commit themselves.
+	 * The ring is this database's alone: one another database still holds (it
+	 * was renamed away from the configured name in a way the commit callback
+	 * did not see, as by COMMIT PREPARED) is taken from it, its producers
+	 * then notifying at commit themselves.
 	 */
 	{
 		int			i;
@@ -310,10 +311,10 @@ outbox_sweeper_main(Datum main_arg)
 
 	/*
 	 * An error in a pass comes back here, as in the server's own long-lived
-	 * processes (bgwriter.c): report it, abort the transaction, wait a
-	 * second and go on with the loop.  The worker does not exit for an error
-	 * it may well meet again at once; the wake-ups of a failed batch are
-	 * lost (relays drain).  Whatever must survive this lives in file-static
+	 * processes (bgwriter.c): report it, abort the transaction, wait a second
+	 * and go on with the loop.  The worker does not exit for an error it may
+	 * well meet again at once; the wake-ups of a failed batch are lost
+	 * (relays drain).  Whatever must survive this lives in file-static
 	 * variables, not in locals.
 	 */
 	if (sigsetjmp(local_sigjmp_buf, 1) != 0)
@@ -355,9 +356,8 @@ outbox_sweeper_main(Datum main_arg)
 		more = sweeper_send_wakeups(sweeper_db, SWEEPER_MAX_BATCHES);
 
 		/*
-		 * Rows scheduled for later: look when the next one falls due, or
-		 * when a producer committed new ones (it sets the hint and our
-		 * latch).
+		 * Rows scheduled for later: look when the next one falls due, or when
+		 * a producer committed new ones (it sets the hint and our latch).
 		 */
 		if (pg_atomic_exchange_u32(&sweeper_db->scheduled_hint, 0) != 0)
 		{
@@ -396,8 +396,8 @@ outbox_sweeper_main(Datum main_arg)
 
 		/*
 		 * Having just sent wake-ups, let a little more accumulate before the
-		 * next batch: under load this turns a transaction per producer
-		 * commit into one per deferred_batch_delay, at that much latency.
+		 * next batch: under load this turns a transaction per producer commit
+		 * into one per deferred_batch_delay, at that much latency.
 		 */
 		if (sent && outbox_deferred_batch_delay > 0)
 			(void) WaitLatch(MyLatch, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
@@ -581,6 +581,7 @@ sweeper_sweep_tables(SweeperStep step, TimestampTz now)
 		table = outbox_find_table(relid);
 		if (table == NULL)
 			continue;
+
 		/*
 		 * An outbox whose dead-letter table was dropped cannot move rows
 		 * there: it is left out, so that it does not fail the others' step.
@@ -603,7 +604,7 @@ sweeper_sweep_tables(SweeperStep step, TimestampTz now)
 		if (step == SWEEP_EXPIRE && !outbox_table_has_policy(table))
 			continue;
 		{
-			SweeperJob	job = {.step = step, .table = table, .now = now};
+			SweeperJob	job = {.step = step,.table = table,.now = now};
 
 			(void) sweeper_guarded(sweeper_step_work, &job,
 								   step == SWEEP_RECLAIM ? "reclaim" :
@@ -789,7 +790,7 @@ sweeper_wake_due(OutboxDatabase *db, TimestampTz now)
 				pos->id = 0;
 			}
 			{
-				SweeperJob	job = {.table = table, .pos = pos};
+				SweeperJob	job = {.table = table,.pos = pos};
 				SweeperDuePosition saved = *pos;
 
 				if (!sweeper_guarded(sweeper_due_work, &job, "wake-ups"))

@@ -587,6 +587,7 @@ outbox_publish(OutboxDatabase *db, const int64 *deltas, bool made_pending)
 		if (deltas[c] != 0)
 			pg_atomic_fetch_add_u64(&db->counters[c], deltas[c]);
 	}
+
 	/*
 	 * Skip the CV's spinlock when nobody waits.  The unlocked look is safe:
 	 * our commit is already visible, and a waiter checks the table after
