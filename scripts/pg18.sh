@@ -34,7 +34,25 @@ APT=$CACHE/apt
 
 log() { printf 'pg18: %s\n' "$*" >&2; }
 
-if [ -x "$PREFIX/bin/pg_config" ] && [ -f "$PREFIX/.complete" ]; then
+# The contrib modules the suites load beside the extension
+# (pg_stat_statements in t/013, amcheck and auto_explain for debugging),
+# built with PGXS against the prefix from the source tree $1.
+CONTRIB=(pg_stat_statements amcheck auto_explain)
+outbox_pg18_contrib()
+{
+    local m
+    for m in "${CONTRIB[@]}"; do
+        make -C "$1/contrib/$m" USE_PGXS=1 PG_CONFIG="$PREFIX/bin/pg_config" \
+            -s install >>"$CACHE/make.log" 2>&1 ||
+            { tail -n 20 "$CACHE/make.log" >&2; return 1; }
+    done
+}
+contrib_there()
+{
+    [ -f "$("$PREFIX/bin/pg_config" --pkglibdir)/pg_stat_statements.so" ]
+}
+
+if [ -x "$PREFIX/bin/pg_config" ] && [ -f "$PREFIX/.complete" ] && contrib_there; then
     log "cached: $("$PREFIX/bin/pg_config" --version) in $PREFIX"
     echo "$PREFIX/bin/pg_config"
     exit 0
@@ -79,6 +97,15 @@ if ! (cd "$src" && apt-get "${APT_OPTS[@]}" source --download-only postgresql-18
 fi
 tree=$(find "$src" -mindepth 1 -maxdepth 1 -type d -name 'postgresql-18*' | head -n 1)
 [ -n "$tree" ] || { log "no source tree unpacked"; exit 2; }
+if [ -x "$PREFIX/bin/pg_config" ] && [ -f "$PREFIX/.complete" ]; then
+    # a prefix built before the contrib modules were: only those
+    log "adding ${CONTRIB[*]} to $PREFIX"
+    outbox_pg18_contrib "$tree"
+    chmod -R a+rX "$PREFIX"
+    rm -rf "$src"
+    echo "$PREFIX/bin/pg_config"
+    exit 0
+fi
 log "building $(basename "$tree") into $PREFIX"
 
 cd "$tree"
@@ -89,8 +116,10 @@ make -j"$(nproc)" -s >"$CACHE/make.log" 2>&1 ||
     { tail -n 40 "$CACHE/make.log" >&2; exit 1; }
 make -s install >>"$CACHE/make.log" 2>&1
 # what PGXS's installcheck uses: pg_regress comes with install, the
-# isolation tester with its own directory's
+# isolation tester with its own directory's; and the contrib modules the
+# suites load beside the extension
 make -C src/test/isolation -s install >>"$CACHE/make.log" 2>&1
+outbox_pg18_contrib "$tree"
 chmod -R a+rX "$PREFIX"
 touch "$PREFIX/.complete"
 rm -rf "$src"

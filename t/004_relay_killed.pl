@@ -106,7 +106,7 @@ is( $bystander->query_safe(
 
 my $offset = -s $node->logfile;
 is(kill('KILL', $pid), 1, 'SIGKILL the relay backend');
-$node->wait_for_log(qr/server process \(PID $pid\) was terminated by signal 9/,
+$node->wait_for_log(qr/(?:server process|client backend) \(PID $pid\) was terminated by signal 9/,
 	$offset);
 $node->wait_for_log(qr/all server processes terminated; reinitializing/,
 	$offset);
