@@ -4,10 +4,10 @@
 \echo Use "ALTER EXTENSION delivery_outbox UPDATE TO '1.2'" to load this file. \quit
 
 --
--- Until 1.2 is released, every change made here must be made in
--- delivery_outbox--1.2.sql too (the install script of 1.2, which
--- CREATE EXTENSION runs instead of 1.0 and its updates): sql/upgrade.sql
--- fails on any difference between the two ways.
+-- 1.2 is released (CHANGELOG.md): this script and delivery_outbox--1.2.sql
+-- (the install script of 1.2, which CREATE EXTENSION runs instead of 1.0
+-- and its updates) are frozen; sql/upgrade.sql fails on any difference
+-- between the two ways.  Changes go into delivery_outbox--1.2--1.3.sql.
 --
 
 --

@@ -6,9 +6,8 @@
 --
 -- The install script of 1.2: the same objects as 1.0 and its updates
 -- (delivery_outbox--1.0.sql, --1.0--1.1.sql, --1.1--1.2.sql) make, in their
--- final form; sql/upgrade.sql compares the two ways.  Until 1.2 is
--- released, a change made to delivery_outbox--1.1--1.2.sql is made here
--- too.
+-- final form; sql/upgrade.sql compares the two ways.  Released, frozen:
+-- changes go into delivery_outbox--1.2--1.3.sql.
 --
 
 --
