@@ -595,6 +595,20 @@ SELECT 'seed_r', recipient, dead_reason, last_error FROM regress_attack.seed_r_d
 ORDER BY 1, 2, 3, 4;
 RESET ROLE;
 
+-- The internal helpers of the functions written in SQL are granted to
+-- nobody: an owner or a relay calling one directly gets 42501, and nothing
+-- runs (outbox_run_as_owner would run a command as a table's owner).
+SET ROLE regress_attack_owner;
+SELECT outbox_run_as_owner('regress_attack.plain_o', 'ALTER ROLE regress_attack_owner SUPERUSER');
+SELECT outbox_grant_triggers('regress_attack.plain_o');
+SELECT outbox_make_indexes('regress_attack.plain_o');
+SELECT outbox_invalidate('regress_attack.plain_o');
+RESET ROLE;
+SET ROLE regress_attack_relay;
+SELECT outbox_run_as_owner('regress_attack.plain_r', 'SELECT 1');
+RESET ROLE;
+SELECT rolsuper AS owner_is_superuser FROM pg_roles WHERE rolname = 'regress_attack_owner';
+
 DROP SCHEMA regress_attack CASCADE;
 DROP TABLE regress_attack_vault, regress_attack_steps, regress_attack_results;
 DROP PROCEDURE regress_attack_run(text);
