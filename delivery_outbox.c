@@ -20,6 +20,7 @@
  *	outbox_compat.h			every difference between PostgreSQL majors
  *	outbox_owner.c			running a table's code as the table's owner
  *	outbox_shmem.c			shared memory: database slots, rings, counters
+ *	outbox_databases.c		the workers leave a database a command needs
  *	outbox_xact.c			per-transaction bookkeeping and wake-ups
  *	outbox_marker_locks.c	the insert markers without the preload
  *	outbox_markers.c		the insert markers (outbox_horizon, ordered claims)
@@ -66,6 +67,7 @@
 #include "utils/varlena.h"
 
 #include "delivery_outbox.h"
+#include "outbox_databases.h"
 #include "outbox_heads.h"
 #include "outbox_insert.h"
 #include "outbox_markers.h"
