@@ -23,6 +23,8 @@
 #   fuzz        scripts/fuzz.sh: sqlsmith and a generator of hostile calls
 #               on a scratch cluster of its own (about 1.5 min;
 #               OUTBOX_FUZZ_TEST=0 skips it)
+#   pgindent    scripts/pgindent.sh --check: the C sources as pgindent
+#               leaves them (OUTBOX_PGINDENT_TEST=0 skips it)
 #   examples    examples/test_examples.sh: the Python, Node.js and C relays
 #               and producers against the cluster (own databases), and the
 #               postgres_exporter queries
@@ -371,6 +373,25 @@ elif [ -f "$OUTBOX_TOP/scripts/fuzz.sh" ]; then
         f=1
     fi
     record fuzz "$p" "$f" "$s"
+fi
+
+# --- pgindent --------------------------------------------------------------
+# The C sources as PostgreSQL's pgindent leaves them (scripts/pgindent.sh
+# --check; its tools are fetched and built once, cached): one test.
+# OUTBOX_PGINDENT_TEST=0 skips it.
+if [ "${OUTBOX_PGINDENT_TEST:-1}" = 0 ]; then
+    log "suite: pgindent: skipped (OUTBOX_PGINDENT_TEST=0)"
+elif [ -f "$OUTBOX_TOP/scripts/pgindent.sh" ]; then
+    log "suite: pgindent --check"
+    (cd "$OUTBOX_SRC" && PG_CONFIG="$PG_CONFIG" bash scripts/pgindent.sh --check) \
+        >"$OUTBOX_WORK/pgindent.out" 2>&1
+    case $? in
+        0) record pgindent 1 0 ;;
+        2) tail -n 5 "$OUTBOX_WORK/pgindent.out"
+           record pgindent 0 0 1 ;;
+        *) show_file "$OUTBOX_WORK/pgindent.out" 200
+           record pgindent 0 1 ;;
+    esac
 fi
 
 # --- examples --------------------------------------------------------------
