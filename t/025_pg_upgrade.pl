@@ -29,9 +29,11 @@
 # cluster's encoding, locale and checksum setting, the same
 # postgresql.conf settings, the library preloaded), and the new
 # pg_upgrade runs, --check first ("Clusters are compatible"), then the
-# upgrade itself in --copy mode; it asks for no ALTER EXTENSION UPDATE
-# (no update_extensions.sql: the version is the same).  On the new
-# cluster:
+# upgrade itself in --copy mode, both with --old-options/--new-options
+# "-c delivery_outbox.database=''" as docs/operations.md has it, so that no
+# worker runs in the servers pg_upgrade starts (their log, kept by
+# --retain, shows none); it asks for no ALTER EXTENSION UPDATE (no
+# update_extensions.sql: the version is the same).  On the new cluster:
 #
 # - the fingerprint is identical (the ACLs compared without the MAINTAIN
 #   privilege, new in 17, which every owner holds there and no other role
@@ -573,7 +575,12 @@ my @upgrade = (
 	'--old-port', $old->port,
 	'--new-port', $new->port,
 	'--socketdir', $new->host,
-	'--copy');
+	'--copy',
+	# no worker in the servers pg_upgrade starts (docs/operations.md)
+	'--old-options', "-c delivery_outbox.database=''",
+	'--new-options', "-c delivery_outbox.database=''",
+	# keep its logs, to look at below
+	'--retain');
 
 my ($ok, $stdout, $stderr);
 {
@@ -601,6 +608,15 @@ if (!$ok)
 	BAIL_OUT('pg_upgrade failed');
 }
 chdir $FindBin::RealBin . '/..';
+my @server_logs =
+  glob($new->data_dir . '/pg_upgrade_output.d/*/log/pg_upgrade_server.log');
+# (one of the --check run, one of the upgrade)
+is(scalar @server_logs, 2, 'pg_upgrade kept its server logs');
+my $server_log = join('', map { slurp_file($_) } @server_logs);
+like($server_log, qr/ -b .*delivery_outbox\.database=''/,
+	'... of servers started for the upgrade, with no database to serve');
+unlike($server_log, qr/delivery_outbox sweeper started/,
+	'no worker ran in the servers pg_upgrade started');
 
 $new->start;
 is($new->safe_psql('app', 'SHOW server_version_num') >= 180000 ? 1 : 0,
