@@ -306,7 +306,12 @@ outbox_init_preloaded(void)
 	ProcessUtility_hook = outbox_process_utility;
 	RegisterXactCallback(outbox_sweepers_xact_callback, NULL);
 
-	names = outbox_database_list();
+	/*
+	 * No worker in the servers pg_upgrade starts (binary-upgrade mode): the
+	 * new cluster's databases are being restored, their data files copied
+	 * in behind the server's back.
+	 */
+	names = IsBinaryUpgrade ? NIL : outbox_database_list();
 	for (i = 0; i < list_length(names); i++)
 	{
 		BackgroundWorker worker;
