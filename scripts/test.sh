@@ -437,6 +437,7 @@ fi
 if [ "${OUTBOX_PG18_TEST:-1}" = 0 ]; then
     log "suite: PostgreSQL 18: skipped (OUTBOX_PG18_TEST=0)"
 else
+    PG15_CONFIG=$PG_CONFIG
     log "PostgreSQL 18: finding or building it (scripts/pg18.sh)"
     pg18_config=$(as_root bash "$OUTBOX_TOP/scripts/pg18.sh" 2>"$OUTBOX_WORK/pg18.log" | tail -n 1)
     pg18_rc=${PIPESTATUS[0]}
@@ -464,6 +465,24 @@ else
                 f=1
             fi
             record 'examples [18]' "$p" "$f" "$s"
+        fi
+        # pg_upgrade from a 15 cluster to an 18 one: the 15 TAP harness
+        # with the 15 binaries, the 18 ones named by OUTBOX_PG18_BINDIR
+        if [ -f "$OUTBOX_SRC/t/025_pg_upgrade.pl" ]; then
+            pg18_bindir=$PG_BINDIR
+            saved_config=$PG_CONFIG
+            PG_CONFIG=$PG15_CONFIG
+            PG_BINDIR=$("$PG_CONFIG" --bindir)
+            run_suite tap_upgrade "OUTBOX_PG18_BINDIR=$pg18_bindir" -- \
+                REGRESS= ISOLATION= PROVE_TESTS=t/025_pg_upgrade.pl PROVE_FLAGS=-v
+            read -r p f s < <(count_tap "$OUTBOX_WORK/tap_upgrade.out")
+            if [ "$SUITE_RC" -ne 0 ] && [ "$f" -eq 0 ]; then
+                warn "pg_upgrade 15 -> 18: make exited $SUITE_RC without a failed assertion; counting one failure"
+                f=1
+            fi
+            record 'TAP pg_upgrade 15 -> 18' "$p" "$f" "$s"
+            PG_CONFIG=$saved_config
+            PG_BINDIR=$pg18_bindir
         fi
         log "PostgreSQL's own suite and the package suite ran on 15 only"
     fi
