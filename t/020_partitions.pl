@@ -538,7 +538,7 @@ SELECT outbox_create('km', 'q', partition_rows => 1000);
 SELECT setval(pg_get_serial_sequence('km.q', 'id'), 5000);
 });
 my $log_offset = -s $node->logfile;
-my $holder = $node->background_psql('postgres');
+$holder = $node->background_psql('postgres');
 $holder->query_safe('BEGIN; LOCK TABLE km.q IN SHARE UPDATE EXCLUSIVE MODE;');
 my $producer = $node->background_psql('postgres');
 $producer->query_until(qr/started/, q{
