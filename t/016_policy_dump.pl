@@ -684,19 +684,22 @@ is( $node->safe_psql('life',
 	'pending:1,pending:1', 'tenant_w\'s reclaimed rows are pending again, attempts kept');
 
 # The documented repair: detach and attach again makes a new dead table;
-# then reject works, and the worker reclaims that outbox too.
-$node->safe_psql('life', q{
-SELECT outbox_detach('tenant_k.delivery_outbox');
-SELECT outbox_attach('tenant_k.delivery_outbox');
-});
+# then reject works, and the worker reclaims that outbox too.  (The reject
+# goes in the attach's transaction: the worker, which reclaims the
+# outbox's long-delivered rows as soon as it sees it attached, would
+# otherwise race it for the row.)
+is( $node->safe_psql('life', qq{
+BEGIN;
+SELECT outbox_detach('tenant_k.delivery_outbox') \\g /dev/null
+SELECT outbox_attach('tenant_k.delivery_outbox') \\g /dev/null
+SELECT outbox_reject(ARRAY[$k1]::bigint[], 'fixed', outbox => 'tenant_k.delivery_outbox');
+COMMIT;
+}),
+	'1', 'detach + attach, and outbox_reject on it works again');
 is( $node->safe_psql('life', q{SELECT dead_table::text FROM delivery_outbox_tables
                                WHERE outbox = 'tenant_k.delivery_outbox'::regclass}),
 	'tenant_k.delivery_outbox_dead',
-	'detach + attach gives the outbox a new dead table');
-is( $node->safe_psql(
-		'life',
-		"SELECT outbox_reject(ARRAY[$k1]::bigint[], 'fixed', outbox => 'tenant_k.delivery_outbox')"),
-	'1', '... and outbox_reject on it works again');
+	'... the outbox has a new dead table');
 ok( $node->poll_query_until(
 		'life', q{
 SELECT count(*) = 0 FROM tenant_k.delivery_outbox WHERE delivery_state = 'delivered'}),
