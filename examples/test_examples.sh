@@ -875,6 +875,12 @@ SQL
         q "$db" "SELECT * FROM outbox_stats('$RUN_OUTBOX')" | sed 's/^/# /'
         show "$err"
     fi
+    # the seed's delivered rows come back only with the relay's sweep
+    # (SWEEP_EVERY=3, RECLAIM_AFTER=3): a run that acked the agents' rows
+    # sooner gives it the time (check_seed below tells what happened)
+    wait_until "$TIMEOUT" "$db" \
+        "SELECT count(*) FILTER (WHERE delivery_state = 'acked') = 3
+           FROM delivery_outbox WHERE recipient = 'seed:d'" || true
 
     stop_relay
     if [ "$STOP_RC" -eq 0 ] && grep -q 'stopped:' "$err" &&
