@@ -308,8 +308,8 @@ outbox_init_preloaded(void)
 
 	/*
 	 * No worker in the servers pg_upgrade starts (binary-upgrade mode): the
-	 * new cluster's databases are being restored, their data files copied
-	 * in behind the server's back.
+	 * new cluster's databases are being restored, their data files copied in
+	 * behind the server's back.
 	 */
 	names = IsBinaryUpgrade ? NIL : outbox_database_list();
 	for (i = 0; i < list_length(names); i++)

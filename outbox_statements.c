@@ -69,6 +69,14 @@ StaticAssertDecl(OUTBOX_NUM_PLANS <= OUTBOX_NUM_PLANS_MAX,
  * be proven from, so the planner cannot trade the primary key lookup for a
  * scan of a whole partial index, with or without statistics.
  */
+/* What outbox_execute_work disables for a statement's planning. */
+typedef enum OutboxWalk
+{
+	OUTBOX_WALK_NONE = 0,		/* nothing: planned as it comes */
+	OUTBOX_WALK_SCAN,			/* scans but index scans, sorts, JIT */
+	OUTBOX_WALK_JOINS			/* the same, and joins but nested loops */
+} OutboxWalk;
+
 typedef struct OutboxPlanDef
 {
 	const char *sql;
@@ -85,9 +93,10 @@ typedef struct OutboxPlanDef
 	/*
 	 * A scan that must walk its index in order and stop after its batch,
 	 * whatever the table's statistics say: planned and run with the planner's
-	 * other paths disabled (see outbox_execute_work).
+	 * other paths disabled (see outbox_execute_work), its joins' too for a
+	 * statement that joins its locked rows back to the table.
 	 */
-	bool		walk_index;
+	OutboxWalk	walk;
 } OutboxPlanDef;
 
 /*
@@ -357,21 +366,21 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		"SELECT id FROM %1$s WHERE recipient OPERATOR(pg_catalog.=) $1"
 		" AND dedup_key OPERATOR(pg_catalog.=) $2",
 		{TEXTOID, TEXTOID},
-		.walk_index = true
+		.walk = OUTBOX_WALK_SCAN
 	},
-	[OUTBOX_PLAN_CLAIM] = {OUTBOX_CLAIM_SQL("", ""), OUTBOX_CLAIM_ARGS, OUTBOX_LEGACY_CLAIM_SQL("", ""),.walk_index = true},
+	[OUTBOX_PLAN_CLAIM] = {OUTBOX_CLAIM_SQL("", ""), OUTBOX_CLAIM_ARGS, OUTBOX_LEGACY_CLAIM_SQL("", ""),.walk = OUTBOX_WALK_SCAN},
 	[OUTBOX_PLAN_CLAIM_R] = {
 		OUTBOX_CLAIM_SQL(OUTBOX_RECIPIENT_IS("$2"), OUTBOX_BY_RECIPIENT_ORDER),
 		OUTBOX_CLAIM_ARGS,
 		OUTBOX_LEGACY_CLAIM_SQL(OUTBOX_RECIPIENT_IS("$2"), OUTBOX_BY_RECIPIENT_ORDER),
-		.walk_index = true
+		.walk = OUTBOX_WALK_SCAN
 	},
-	[OUTBOX_PLAN_CLAIM_T] = {OUTBOX_CLAIM_SQL(OUTBOX_BY_TENANT, ""), OUTBOX_CLAIM_ARGS, OUTBOX_LEGACY_CLAIM_SQL(OUTBOX_BY_TENANT, ""),.walk_index = true},
+	[OUTBOX_PLAN_CLAIM_T] = {OUTBOX_CLAIM_SQL(OUTBOX_BY_TENANT, ""), OUTBOX_CLAIM_ARGS, OUTBOX_LEGACY_CLAIM_SQL(OUTBOX_BY_TENANT, ""),.walk = OUTBOX_WALK_SCAN},
 	[OUTBOX_PLAN_CLAIM_RT] = {
 		OUTBOX_CLAIM_SQL(OUTBOX_RECIPIENT_IS("$2") OUTBOX_BY_TENANT, OUTBOX_BY_RECIPIENT_ORDER),
 		OUTBOX_CLAIM_ARGS,
 		OUTBOX_LEGACY_CLAIM_SQL(OUTBOX_RECIPIENT_IS("$2") OUTBOX_BY_TENANT, OUTBOX_BY_RECIPIENT_ORDER),
-		.walk_index = true
+		.walk = OUTBOX_WALK_SCAN
 	},
 	[OUTBOX_PLAN_ACK_LOCK] = {OUTBOX_ACK_LOCK_SQL(""), {INT8ARRAYOID, TEXTOID}, OUTBOX_SAME_SQL},
 	[OUTBOX_PLAN_ACK_LOCK_R] = {
@@ -407,7 +416,7 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		OUTBOX_LEGACY_REQUEUE_SQL("SELECT id FROM %1$s"
 								  " WHERE id OPERATOR(pg_catalog.=) ANY ($6)"
 								  " AND pg_catalog.texteq(delivery_state, 'delivered')"
-								  " ORDER BY id FOR UPDATE"),.walk_index = true},
+								  " ORDER BY id FOR UPDATE"),.walk = OUTBOX_WALK_JOINS},
 	/* $6 cutoff, $7 max rows */
 	[OUTBOX_PLAN_RECLAIM] = {
 		OUTBOX_REQUEUE_SQL("SELECT " OUTBOX_LOCKED_COLUMNS " FROM %1$s"
@@ -419,18 +428,18 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		OUTBOX_LEGACY_REQUEUE_SQL("SELECT id FROM %1$s"
 								  " WHERE delivery_state OPERATOR(pg_catalog.=) 'delivered'"
 								  " AND delivered_at OPERATOR(pg_catalog.<) $6"
-								  " ORDER BY delivered_at LIMIT $7 FOR UPDATE SKIP LOCKED"),.walk_index = true},
+								  " ORDER BY delivered_at LIMIT $7 FOR UPDATE SKIP LOCKED"),.walk = OUTBOX_WALK_JOINS},
 	/* $6 recipient, $7 tenant: immediate, no backoff */
 	[OUTBOX_PLAN_RESYNC] = {
 		OUTBOX_REQUEUE_SQL(OUTBOX_RESYNC_LOCK("tenant_id OPERATOR(pg_catalog.=) $7"),
 						   "NULL", "NULL::pg_catalog.text"),
 		{OUTBOX_POLICY_ARGS, TEXTOID, TEXTOID},
-	OUTBOX_LEGACY_REQUEUE_SQL(OUTBOX_RESYNC_LOCK("tenant_id OPERATOR(pg_catalog.=) $7")),.walk_index = true},
+	OUTBOX_LEGACY_REQUEUE_SQL(OUTBOX_RESYNC_LOCK("tenant_id OPERATOR(pg_catalog.=) $7")),.walk = OUTBOX_WALK_JOINS},
 	[OUTBOX_PLAN_RESYNC_NULL_TENANT] = {
 		OUTBOX_REQUEUE_SQL(OUTBOX_RESYNC_LOCK("tenant_id IS NULL"),
 						   "NULL", "NULL::pg_catalog.text"),
 		{OUTBOX_POLICY_ARGS, TEXTOID, TEXTOID},
-	OUTBOX_LEGACY_REQUEUE_SQL(OUTBOX_RESYNC_LOCK("tenant_id IS NULL")),.walk_index = true},
+	OUTBOX_LEGACY_REQUEUE_SQL(OUTBOX_RESYNC_LOCK("tenant_id IS NULL")),.walk = OUTBOX_WALK_JOINS},
 	[OUTBOX_PLAN_REASSIGN] = {
 		"WITH l AS ("
 		"SELECT id FROM %1$s"
@@ -454,7 +463,7 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		" ORDER BY recipient, id FOR UPDATE)"
 		" UPDATE %1$s o SET recipient = $2, delivery_state = 'pending'"
 		" FROM l WHERE o.id OPERATOR(pg_catalog.=) l.id"
-	" AND NOT pg_catalog.texteq(o.delivery_state, 'acked')",.walk_index = true},
+	" AND NOT pg_catalog.texteq(o.delivery_state, 'acked')",.walk = OUTBOX_WALK_JOINS},
 	/* $1 now, $2 ids, $3 error */
 	[OUTBOX_PLAN_REJECT] = {
 		"WITH l AS ("
@@ -468,7 +477,7 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		" RETURNING o.*),"
 		OUTBOX_TO_DEAD("coalesce($3, last_error)", "'rejected'")
 		" SELECT pg_catalog.count(*) FROM x",
-	{TIMESTAMPTZOID, INT8ARRAYOID, TEXTOID},.walk_index = true},
+	{TIMESTAMPTZOID, INT8ARRAYOID, TEXTOID},.walk = OUTBOX_WALK_JOINS},
 	/* $1 now (the new created_at), $2 ids */
 	[OUTBOX_PLAN_REDRIVE] = {
 		"WITH l AS ("
@@ -484,7 +493,7 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		" x AS (DELETE FROM %3$s d USING i WHERE d.id OPERATOR(pg_catalog.=) i.id"
 		" RETURNING 1)"
 		" SELECT pg_catalog.count(*) FROM x",
-	{TABLE_TIME, INT8ARRAYOID},.walk_index = true},
+	{TABLE_TIME, INT8ARRAYOID},.walk = OUTBOX_WALK_JOINS},
 
 	/*
 	 * The worker's expiry sweep: pending rows past expires_at (from their
@@ -522,7 +531,7 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		" RETURNING o.*),"
 		OUTBOX_TO_DEAD("last_error", "'expired'")
 		" SELECT pg_catalog.count(*) FROM x",
-	{TIMESTAMPTZOID, TABLE_TIME, INT8OID},.walk_index = true},
+	{TIMESTAMPTZOID, TABLE_TIME, INT8OID},.walk = OUTBOX_WALK_JOINS},
 
 	/*
 	 * The worker's wake-ups of scheduled rows: those that fell due after the
@@ -536,8 +545,8 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		" AND not_before OPERATOR(pg_catalog.<=) $3"
 		" AND (expires_at IS NULL OR expires_at OPERATOR(pg_catalog.>) $3)"
 		" ORDER BY not_before, id LIMIT $4",
-	{TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID, INT8OID},.walk_index = true},
-	[OUTBOX_PLAN_NEXT_DUE] = {OUTBOX_NEXT_DUE_SQL(""), {TIMESTAMPTZOID, TEXTOID},.walk_index = true},
+	{TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID, INT8OID},.walk = OUTBOX_WALK_SCAN},
+	[OUTBOX_PLAN_NEXT_DUE] = {OUTBOX_NEXT_DUE_SQL(""), {TIMESTAMPTZOID, TEXTOID},.walk = OUTBOX_WALK_SCAN},
 	[OUTBOX_PLAN_NEXT_DUE_R] = {
 		"SELECT (SELECT not_before FROM %1$s"
 		" WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'"
@@ -545,13 +554,13 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		OUTBOX_RECIPIENT_IS("$2")
 		" ORDER BY recipient, not_before LIMIT 1)",
 		{TIMESTAMPTZOID, TEXTOID},
-		.walk_index = true
+		.walk = OUTBOX_WALK_SCAN
 	},
-	[OUTBOX_PLAN_REPLAY] = {OUTBOX_REPLAY_SQL(""), {TEXTOID, INT8OID, INT8OID, TEXTOID}, OUTBOX_SAME_SQL,.walk_index = true},
+	[OUTBOX_PLAN_REPLAY] = {OUTBOX_REPLAY_SQL(""), {TEXTOID, INT8OID, INT8OID, TEXTOID}, OUTBOX_SAME_SQL,.walk = OUTBOX_WALK_SCAN},
 	[OUTBOX_PLAN_REPLAY_T] = {
 		OUTBOX_REPLAY_SQL(" AND tenant_id OPERATOR(pg_catalog.=) $4"),
 		{TEXTOID, INT8OID, INT8OID, TEXTOID},
-	OUTBOX_SAME_SQL,.walk_index = true},
+	OUTBOX_SAME_SQL,.walk = OUTBOX_WALK_SCAN},
 	[OUTBOX_PLAN_PURGE] = {
 		"WITH d AS ("
 		"SELECT id FROM %1$s"
@@ -561,7 +570,7 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		" DELETE FROM %1$s o USING d"
 		" WHERE o.id OPERATOR(pg_catalog.=) d.id",
 		{TABLE_TIME, INT8OID},
-	OUTBOX_SAME_SQL,.walk_index = true},
+	OUTBOX_SAME_SQL,.walk = OUTBOX_WALK_JOINS},
 	/* the same, of the ids [$3, $4) only: one partition's */
 	[OUTBOX_PLAN_PURGE_RANGE] = {
 		"WITH d AS ("
@@ -573,7 +582,7 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		" DELETE FROM %1$s o USING d"
 		" WHERE o.id OPERATOR(pg_catalog.=) d.id"
 		" AND o.id OPERATOR(pg_catalog.>=) $3 AND o.id OPERATOR(pg_catalog.<) $4",
-	{TABLE_TIME, INT8OID, INT8OID, INT8OID},.walk_index = true},
+	{TABLE_TIME, INT8OID, INT8OID, INT8OID},.walk = OUTBOX_WALK_JOINS},
 	[OUTBOX_PLAN_STATS] = {
 		OUTBOX_STATS_SQL("(SELECT pg_catalog.count(*) FROM %3$s)"),
 		{TABLE_TIME},
@@ -599,9 +608,9 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		" JOIN %1$s o ON o.recipient OPERATOR(pg_catalog.=) u.r"
 		" AND o.dedup_key OPERATOR(pg_catalog.=) u.k",
 		{TEXTARRAYOID, TEXTARRAYOID},
-		.walk_index = true
+		.walk = OUTBOX_WALK_JOINS
 	},
-	[OUTBOX_PLAN_EXISTS] = {OUTBOX_EXISTS_SQL(""), {TEXTOID, TIMESTAMPTZOID, TABLE_TIME}, OUTBOX_LEGACY_EXISTS_SQL(""),.walk_index = true},
+	[OUTBOX_PLAN_EXISTS] = {OUTBOX_EXISTS_SQL(""), {TEXTOID, TIMESTAMPTZOID, TABLE_TIME}, OUTBOX_LEGACY_EXISTS_SQL(""),.walk = OUTBOX_WALK_SCAN},
 	[OUTBOX_PLAN_EXISTS_R] = {
 		"SELECT (SELECT id FROM %1$s"
 		" WHERE delivery_state OPERATOR(pg_catalog.=) 'pending' AND not_before IS NULL"
@@ -617,7 +626,7 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		" WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'"
 		OUTBOX_RECIPIENT_IS("$1")
 		" ORDER BY recipient, id LIMIT 1) IS NOT NULL",
-		.walk_index = true
+		.walk = OUTBOX_WALK_SCAN
 	},
 	[OUTBOX_PLAN_BACKLOG] = {
 		"SELECT"
@@ -861,7 +870,7 @@ outbox_execute_work(void *arg)
 	OutboxStatementRun *run = (OutboxStatementRun *) arg;
 	int			save_nestlevel;
 
-	if (!outbox_plan_defs[run->id].walk_index)
+	if (outbox_plan_defs[run->id].walk == OUTBOX_WALK_NONE)
 	{
 		run->rc = SPI_execute_plan(outbox_plan(run->table, run->id),
 								   run->values, run->nulls, false, 0);
@@ -877,26 +886,33 @@ outbox_execute_work(void *arg)
 	 * whole table, for a dozen rows.  So it is planned, and run (the plan
 	 * cache re-plans inside the execution after an ANALYZE or any
 	 * invalidation, and a custom plan is made at each run), with every path
-	 * but the index scans and nested loops disabled: the walk of the index in
-	 * its order, stopped by the LIMIT, is then the only plan left (and no JIT
-	 * compiling, which the disabled paths' costs would otherwise call for).
-	 * The settings end with the nest level, errors included.
+	 * but the index scans (and, for a statement with joins, nested loops)
+	 * disabled: the walk of the index in its order, stopped by the LIMIT, is
+	 * then the only plan left (and no JIT compiling, which the disabled
+	 * paths' costs would otherwise call for).  The settings end with the nest
+	 * level, errors included.
 	 */
 	save_nestlevel = NewGUCNestLevel();
 	PG_TRY();
 	{
-		static const char *const off[] = {
-			"enable_seqscan", "enable_bitmapscan", "enable_sort",
-			"enable_hashjoin", "enable_mergejoin", "enable_hashagg",
-			"enable_material",
-			/* the disabled paths' costs would make it worth compiling */
-			"jit"
+		static const char *const scan_off[] = {
+			"enable_seqscan", "enable_bitmapscan", "enable_sort", "jit"
 		};
+		static const char *const join_off[] = {
+			"enable_hashjoin", "enable_mergejoin", "enable_hashagg",
+			"enable_material"
+		};
+		bool		joins = outbox_plan_defs[run->id].walk == OUTBOX_WALK_JOINS;
 		int			i;
 
-		for (i = 0; i < (int) lengthof(off); i++)
-			(void) set_config_option(off[i], "off", PGC_USERSET, PGC_S_SESSION,
-									 GUC_ACTION_SAVE, true, 0, false);
+		for (i = 0; i < (int) lengthof(scan_off); i++)
+			(void) set_config_option(scan_off[i], "off", PGC_USERSET,
+									 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0,
+									 false);
+		for (i = 0; joins && i < (int) lengthof(join_off); i++)
+			(void) set_config_option(join_off[i], "off", PGC_USERSET,
+									 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0,
+									 false);
 		run->rc = SPI_execute_plan(outbox_plan(run->table, run->id),
 								   run->values, run->nulls, false, 0);
 	}
