@@ -27,7 +27,9 @@
 #
 # Usage (as root, like run.sh):  bench/cold_stats.sh
 # Knobs: PENDING (500000), CLIENTS (4), TXS (300 transactions per client and
-# run), ROUNDS (6), MODES ("all recipient"), BENCH_PORT (5480),
+# run), ROUNDS (6), MODES ("all recipient"), QUIET_LOAD (1.5: before the
+# rounds, wait until the 1-minute load average is below it, checking every
+# 30 s for at most QUIET_WAIT seconds, 1200; 0: do not wait), BENCH_PORT (5480),
 # BENCH_NO_BUILD=1 (use the installed extension: how to measure an older
 # commit, built and installed into PG_CONFIG's prefix beforehand),
 # KEEP_TMP=1.
@@ -123,6 +125,22 @@ run()
     awk '/^tps = / { print $3; exit }' "$out"
 }
 
+# The fill just ran: wait for the machine (this script's own load included)
+# to settle before anything is timed.
+QUIET_LOAD=${QUIET_LOAD:-1.5}
+QUIET_WAIT=${QUIET_WAIT:-1200}
+waited=0
+while awk -v l="$(cut -d' ' -f1 /proc/loadavg)" -v q="$QUIET_LOAD" 'BEGIN { exit !(q > 0 && l >= q) }'; do
+    if [ "$waited" -ge "$QUIET_WAIT" ]; then
+        warn "load average still $(cut -d' ' -f1 /proc/loadavg) after ${waited}s: measuring anyway"
+        break
+    fi
+    log "load average $(cut -d' ' -f1 /proc/loadavg) >= $QUIET_LOAD: waiting (${waited}s so far)"
+    sleep 30
+    waited=$((waited + 30))
+done
+LOAD_ROUNDS=$(cut -d' ' -f1-3 /proc/loadavg)
+
 declare -A TPS=()
 order=(never stale analyzed)
 for r in $(seq 1 "$ROUNDS"); do
@@ -146,7 +164,7 @@ median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 
 echo
 echo "delivery_outbox cold-statistics cell: claim 10 + ack in one transaction, $CLIENTS clients, $TXS transactions per client and run, $ROUNDS rounds (order rotating), PostgreSQL $("$PG_CONFIG" --version | cut -d' ' -f2), $(nproc) cores"
 echo "command: ${BENCH_CMD:-bench/cold_stats.sh}; commit $(git -C "$OUTBOX_TOP" rev-parse --short HEAD 2>/dev/null || echo unknown)$( [ "${BENCH_NO_BUILD:-0}" = 1 ] && echo ' (BENCH_NO_BUILD=1: the installed library')$( [ "${BENCH_NO_BUILD:-0}" = 1 ] && echo ", md5 $LIBRARY)"), $(date -u '+%Y-%m-%d %H:%M UTC')"
-echo "load average at start $LOAD_START, at end $(cut -d' ' -f1-3 /proc/loadavg); run took $(($(date +%s) - START)) s"
+echo "load average at start $LOAD_START, before the rounds $LOAD_ROUNDS (after waiting ${waited}s for < $QUIET_LOAD), at end $(cut -d' ' -f1-3 /proc/loadavg); run took $(($(date +%s) - START)) s"
 echo "tables before the runs:"
 printf '%s\n' "$STATS_BEFORE" | sed 's/^/  /'
 echo "tables after the runs:"
