@@ -27,7 +27,9 @@
 #
 #   bench/instructions.sh
 #
-# Knobs: BENCH_NO_BUILD=1 (use the installed extension), KEEP_TMP=1.
+# Knobs: PG_CONFIG (default PostgreSQL 15's; the extension is built and
+# installed for it and its server runs: PG_CONFIG=<18's prefix>/bin/pg_config
+# counts on 18), BENCH_NO_BUILD=1 (use the installed extension), KEEP_TMP=1.
 # Prints one line per workload and its ratio to E1; exits 0.
 
 set -euo pipefail
