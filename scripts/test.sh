@@ -233,6 +233,20 @@ regress_suite()
     record "$label" "$p" "$f"
 }
 
+# record_tap LABEL NAME: count the TAP lines of $OUTBOX_WORK/NAME.out, the
+# output of a suite that exited with SUITE_RC, and record them under LABEL;
+# a non-zero exit without a failed assertion counts one failure.
+record_tap()
+{
+    local label=$1 name=$2 p f s
+    read -r p f s < <(count_tap "$OUTBOX_WORK/$name.out")
+    if [ "$SUITE_RC" -ne 0 ] && [ "$f" -eq 0 ]; then
+        warn "$label: exited $SUITE_RC without a failed assertion; counting one failure"
+        f=1
+    fi
+    record "$label" "$p" "$f" "$s"
+}
+
 have() { compgen -G "$OUTBOX_SRC/$1" >/dev/null; }
 
 # --- the suites of one major ---------------------------------------------
@@ -345,12 +359,7 @@ elif [ -f "$OUTBOX_TOP/scripts/pg_regress_suite.sh" ]; then
         bash "$OUTBOX_TOP/scripts/pg_regress_suite.sh" 2>&1 |
         tee "$OUTBOX_WORK/pg_regress.out"
     SUITE_RC=${PIPESTATUS[0]}
-    read -r p f s < <(count_tap "$OUTBOX_WORK/pg_regress.out")
-    if [ "$SUITE_RC" -ne 0 ] && [ "$f" -eq 0 ]; then
-        warn "pg_regress: exited $SUITE_RC without a failed assertion; counting one failure"
-        f=1
-    fi
-    record 'pg_regress (plain=preloaded)' "$p" "$f" "$s"
+    record_tap 'pg_regress (plain=preloaded)' pg_regress
 fi
 
 # --- fuzz ------------------------------------------------------------------
@@ -367,12 +376,7 @@ elif [ -f "$OUTBOX_TOP/scripts/fuzz.sh" ]; then
         bash "$OUTBOX_SRC/scripts/fuzz.sh" 2>&1 |
         tee "$OUTBOX_WORK/fuzz.out"
     SUITE_RC=${PIPESTATUS[0]}
-    read -r p f s < <(count_tap "$OUTBOX_WORK/fuzz.out")
-    if [ "$SUITE_RC" -ne 0 ] && [ "$f" -eq 0 ]; then
-        warn "fuzz: exited $SUITE_RC without a failed assertion; counting one failure"
-        f=1
-    fi
-    record fuzz "$p" "$f" "$s"
+    record_tap fuzz fuzz
 fi
 
 # --- pgindent --------------------------------------------------------------
@@ -401,12 +405,7 @@ if [ -f "$OUTBOX_SRC/examples/test_examples.sh" ]; then
         bash "$OUTBOX_SRC/examples/test_examples.sh" 2>&1 |
         tee "$OUTBOX_WORK/examples.out"
     SUITE_RC=${PIPESTATUS[0]}
-    read -r p f s < <(count_tap "$OUTBOX_WORK/examples.out")
-    if [ "$SUITE_RC" -ne 0 ] && [ "$f" -eq 0 ]; then
-        warn "examples: exited $SUITE_RC without a failed assertion; counting one failure"
-        f=1
-    fi
-    record examples "$p" "$f" "$s"
+    record_tap examples examples
 else
     log "suite: examples: no examples/test_examples.sh, skipped"
 fi
@@ -420,12 +419,7 @@ elif [ -f "$OUTBOX_TOP/scripts/package.sh" ]; then
     log "suite: package"
     bash "$OUTBOX_TOP/scripts/package.sh" --worktree 2>&1 | tee "$OUTBOX_WORK/package.out"
     SUITE_RC=${PIPESTATUS[0]}
-    read -r p f s < <(count_tap "$OUTBOX_WORK/package.out")
-    if [ "$SUITE_RC" -ne 0 ] && [ "$f" -eq 0 ]; then
-        warn "package: exited $SUITE_RC without a failed step; counting one failure"
-        f=1
-    fi
-    record package "$p" "$f" "$s"
+    record_tap package package
 fi
 
 # --- PostgreSQL 18 --------------------------------------------------------
@@ -459,12 +453,7 @@ else
                 bash "$OUTBOX_SRC/examples/test_examples.sh" 2>&1 |
                 tee "$OUTBOX_WORK/examples_18.out"
             SUITE_RC=${PIPESTATUS[0]}
-            read -r p f s < <(count_tap "$OUTBOX_WORK/examples_18.out")
-            if [ "$SUITE_RC" -ne 0 ] && [ "$f" -eq 0 ]; then
-                warn "examples [18]: exited $SUITE_RC without a failed assertion; counting one failure"
-                f=1
-            fi
-            record 'examples [18]' "$p" "$f" "$s"
+            record_tap 'examples [18]' examples_18
         fi
         # pg_upgrade from a 15 cluster to an 18 one: the 15 TAP harness
         # with the 15 binaries, the 18 ones named by OUTBOX_PG18_BINDIR
@@ -475,12 +464,7 @@ else
             PG_BINDIR=$("$PG_CONFIG" --bindir)
             run_suite tap_upgrade "OUTBOX_PG18_BINDIR=$pg18_bindir" -- \
                 REGRESS= ISOLATION= PROVE_TESTS=t/025_pg_upgrade.pl PROVE_FLAGS=-v
-            read -r p f s < <(count_tap "$OUTBOX_WORK/tap_upgrade.out")
-            if [ "$SUITE_RC" -ne 0 ] && [ "$f" -eq 0 ]; then
-                warn "pg_upgrade 15 -> 18: make exited $SUITE_RC without a failed assertion; counting one failure"
-                f=1
-            fi
-            record 'TAP pg_upgrade 15 -> 18' "$p" "$f" "$s"
+            record_tap 'TAP pg_upgrade 15 -> 18' tap_upgrade
             PG_CONFIG=$saved_config
             PG_BINDIR=$pg18_bindir
         fi
