@@ -531,15 +531,19 @@ is( $node->safe_psql(
 # Part 6: a maker stopped by SIGTERM; a burst after a failing maker
 ###########################################################################
 
+# (the sequence moves past the partitions only once the lock is held: the
+# worker's upkeep, which takes it without waiting, cannot make the
+# partition first and leave the maker nothing to do)
 $node->safe_psql(
 	'postgres', q{
 CREATE SCHEMA km;
 SELECT outbox_create('km', 'q', partition_rows => 1000);
-SELECT setval(pg_get_serial_sequence('km.q', 'id'), 5000);
 });
 my $log_offset = -s $node->logfile;
 $holder = $node->background_psql('postgres');
 $holder->query_safe('BEGIN; LOCK TABLE km.q IN SHARE UPDATE EXCLUSIVE MODE;');
+$node->safe_psql('postgres',
+	"SELECT setval(pg_get_serial_sequence('km.q', 'id'), 5000)");
 my $producer = $node->background_psql('postgres');
 $producer->query_until(qr/started/, q{
 \echo started
