@@ -69,6 +69,7 @@ PG_FUNCTION_INFO_V1(outbox_enqueue);
 PG_FUNCTION_INFO_V1(outbox_claim);
 PG_FUNCTION_INFO_V1(outbox_ack);
 PG_FUNCTION_INFO_V1(outbox_ack_array);
+PG_FUNCTION_INFO_V1(outbox_ack_claim);
 PG_FUNCTION_INFO_V1(outbox_release);
 PG_FUNCTION_INFO_V1(outbox_reject);
 PG_FUNCTION_INFO_V1(outbox_redrive);
@@ -212,6 +213,45 @@ outbox_enqueue(PG_FUNCTION_ARGS)
 }
 
 /*
+ * outbox_claim_into
+ *
+ * The claim of outbox_claim and outbox_ack_claim: max_rows, recipient and
+ * tenant_id are the call's arguments argno, argno + 1 and argno + 2; the
+ * rows go to the call's result set.  Call it connected to SPI.
+ */
+static void
+outbox_claim_into(FunctionCallInfo fcinfo, OutboxTable *t, int argno,
+				  Tuplestorestate *tupstore)
+{
+	Datum		values[5];
+	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+	int			variant = 0;
+	TimestampTz now;
+
+	values[0] = Int64GetDatum(outbox_check_max_rows(fcinfo, argno));
+	values[1] = outbox_null_text(fcinfo, argno + 1, &nulls[1]);
+	values[2] = outbox_null_text(fcinfo, argno + 2, &nulls[2]);
+	if (nulls[1] == ' ')
+		variant += 1;
+	if (nulls[2] == ' ')
+		variant += 2;
+
+	now = GetCurrentTimestamp();
+	values[3] = TimestampTzGetDatum(now);
+	values[4] = outbox_ttl_cutoff(t, now, &nulls[4]);
+
+	if (outbox_table_policy(t)->ordered)
+		outbox_claim_ordered(t, DatumGetInt64(values[0]),
+							 nulls[1] == ' ' ? DatumGetTextPP(values[1]) : NULL,
+							 nulls[2] == ' ' ? DatumGetTextPP(values[2]) : NULL,
+							 now, false);
+	else
+		outbox_execute(t, OUTBOX_PLAN_CLAIM + variant, values, nulls,
+					   SPI_OK_SELECT);
+	outbox_put_rows(tupstore, ((ReturnSetInfo *) fcinfo->resultinfo)->setDesc);
+}
+
+/*
  * outbox_claim
  *
  * Move up to max_rows pending rows (optionally one recipient's and/or one
@@ -223,37 +263,53 @@ Datum
 outbox_claim(PG_FUNCTION_ARGS)
 {
 	OutboxTable *t;
-	Datum		values[5];
-	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
 	Tuplestorestate *tupstore;
-	int			variant = 0;
-	TimestampTz now;
 
-	values[0] = Int64GetDatum(outbox_check_max_rows(fcinfo, 0));
+	(void) outbox_check_max_rows(fcinfo, 0);
 	outbox_check_text(fcinfo, 1, "recipient", false);
-	values[1] = outbox_null_text(fcinfo, 1, &nulls[1]);
-	values[2] = outbox_null_text(fcinfo, 2, &nulls[2]);
-	if (nulls[1] == ' ')
-		variant += 1;
-	if (nulls[2] == ' ')
-		variant += 2;
 
 	t = outbox_target(fcinfo, 3, ACL_UPDATE);
-	now = GetCurrentTimestamp();
-	values[3] = TimestampTzGetDatum(now);
-	values[4] = outbox_ttl_cutoff(t, now, &nulls[4]);
 	tupstore = outbox_begin_srf(fcinfo, 0);
 
 	outbox_spi_connect();
-	if (outbox_table_policy(t)->ordered)
-		outbox_claim_ordered(t, DatumGetInt64(values[0]),
-							 nulls[1] == ' ' ? DatumGetTextPP(values[1]) : NULL,
-							 nulls[2] == ' ' ? DatumGetTextPP(values[2]) : NULL,
-							 now, false);
-	else
-		outbox_execute(t, OUTBOX_PLAN_CLAIM + variant, values, nulls,
-					   SPI_OK_SELECT);
-	outbox_put_rows(tupstore, ((ReturnSetInfo *) fcinfo->resultinfo)->setDesc);
+	outbox_claim_into(fcinfo, t, 0, tupstore);
+	SPI_finish();
+
+	return (Datum) 0;
+}
+
+/*
+ * outbox_ack_claim
+ *
+ * A relay's round in one call: ack the rows of ids (as outbox_ack(ids,
+ * recipient)), then claim up to max_rows (as outbox_claim(max_rows,
+ * recipient, tenant_id)), in the caller's transaction, so that a relay
+ * commits once per batch.  The ack comes first: on an ordered outbox it
+ * frees the recipient's next row for the claim.  Every argument is checked
+ * before anything is acked.
+ */
+Datum
+outbox_ack_claim(PG_FUNCTION_ARGS)
+{
+	Datum		ids = outbox_check_ids(fcinfo, 0);
+	char		recipient_null;
+	Datum		recipient;
+	OutboxTable *t;
+	Tuplestorestate *tupstore;
+
+	(void) outbox_check_max_rows(fcinfo, 1);
+	outbox_check_text(fcinfo, 2, "recipient", false);
+	recipient = outbox_null_text(fcinfo, 2, &recipient_null);
+
+	t = outbox_target(fcinfo, 4, ACL_UPDATE);
+	tupstore = outbox_begin_srf(fcinfo, 0);
+
+	if (ArrayGetNItems(ARR_NDIM(DatumGetArrayTypeP(ids)),
+					   ARR_DIMS(DatumGetArrayTypeP(ids))) > 0)
+		(void) outbox_ack_internal(t, ids, recipient, recipient_null);
+
+	outbox_spi_connect();
+	outbox_claim_into(fcinfo, t, 1, tupstore);
 	SPI_finish();
 
 	return (Datum) 0;

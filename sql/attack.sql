@@ -71,6 +71,7 @@ GRANT EXECUTE ON FUNCTION
     outbox_claim(integer, text, text, regclass),
     outbox_ack(bigint, text, regclass),
     outbox_ack(bigint[], text, regclass),
+    outbox_ack_claim(bigint[], integer, text, text, regclass),
     outbox_release(bigint[], interval, text, regclass),
     outbox_reject(bigint[], text, regclass),
     outbox_next_due(text, regclass),
@@ -479,7 +480,14 @@ INSERT INTO regress_attack_steps (n, caller, step, pick, call) VALUES
  (48, 'operator', 'outbox_purge', NULL,
   $$SELECT outbox_purge('0 seconds', outbox => %1$L)$$),
  (49, 'producer', 'outbox_enqueue', NULL,
-  $$SELECT outbox_enqueue('agent:q', 'work', '\x0d', outbox => %1$L) > 0$$);
+  $$SELECT outbox_enqueue('agent:q', 'work', '\x0d', outbox => %1$L) > 0$$),
+ (50, 'relay', 'outbox_ack_claim nothing to ack', NULL,
+  $$SELECT count(*) FROM outbox_ack_claim('{}', 10, outbox => %1$L)$$),
+ (51, 'producer', 'outbox_enqueue', NULL,
+  $$SELECT outbox_enqueue('agent:r', 'work', '\x0e', outbox => %1$L) > 0$$),
+ (52, 'relay', 'outbox_ack_claim', $$SELECT array_agg(id) FROM %1$s
+        WHERE delivery_state = 'delivered'$$,
+  $$SELECT string_agg(recipient, ',') FROM outbox_ack_claim(%2$L::bigint[], 10, outbox => %1$L)$$);
 -- a partitioned outbox cannot be detached and attached again
 UPDATE regress_attack_steps SET plain_only = true WHERE n IN (42, 43);
 

@@ -272,7 +272,11 @@ class Hostile:
                      self.array(self.timestamptz, 'timestamptz', n),
                      self.array(lambda: self.pick('NULL', lit('k%d' % self.r.randint(0, 9))),
                                 'text', n), ob), o, False)
-        if f in (2, 3):
+        if f == 3:
+            return ('SELECT id, recipient FROM outbox.outbox_ack_claim(%s, %s, %s, %s%s)' %
+                    (self.ids(o), self.int4(), self.pick('NULL', 'NULL', self.recipient()),
+                     self.pick('NULL', 'NULL', self.text()), ob), o, False)
+        if f == 2:
             return ('SELECT id, recipient FROM outbox.outbox_claim(%s, %s, %s%s)' %
                     (self.int4(), self.pick('NULL', 'NULL', self.recipient()),
                      self.pick('NULL', 'NULL', self.text()), ob), o, False)
@@ -653,7 +657,7 @@ class Session(threading.Thread):
         """Ids a claim, an enqueue or an insert returned, minus keep: rows."""
         if not rows or not o or o not in self.pool.ids:
             return
-        if not re.search(r'outbox_enqueue|outbox_claim|RETURNING id', sql):
+        if not re.search(r'outbox_enqueue|outbox_claim|outbox_ack_claim|RETURNING id', sql):
             return
         ids = []
         for row in rows:

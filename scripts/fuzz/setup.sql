@@ -149,6 +149,7 @@ GRANT EXECUTE ON FUNCTION
     outbox.outbox_claim(integer, text, text, regclass),
     outbox.outbox_ack(bigint, text, regclass),
     outbox.outbox_ack(bigint[], text, regclass),
+    outbox.outbox_ack_claim(bigint[], integer, text, text, regclass),
     outbox.outbox_release(bigint[], interval, text, regclass),
     outbox.outbox_reject(bigint[], text, regclass),
     outbox.outbox_next_due(text, regclass),

@@ -1,0 +1,128 @@
+--
+-- ack_claim.sql: outbox_ack_claim (1.3), a relay's round in one call
+--
+-- It acks the ids of the last batch as outbox_ack(ids, recipient) would,
+-- then claims as outbox_claim(max_rows, recipient, tenant_id) would, in the
+-- caller's transaction: a rollback undoes both.  '{}' acks nothing (a
+-- relay's first call).  Every bad argument is an error that acks nothing.
+-- The ack comes first, so on an ordered outbox it frees the recipient's
+-- next row for the same call's claim.
+--
+CREATE EXTENSION delivery_outbox;
+
+\set VERBOSITY default
+\set SHOW_CONTEXT never
+
+CREATE VIEW outbox_digest AS
+SELECT coalesce(string_agg(format('%s:%s/%s', id, delivery_state,
+                                  delivery_attempts), ' ' ORDER BY id),
+                '') AS rows
+  FROM delivery_outbox;
+
+SELECT count(*) FROM outbox_enqueue_batch(
+    ARRAY['agent:a', 'agent:b', 'agent:a', 'agent:b', 'agent:a', 'agent:c'],
+    array_fill('work'::text, '{6}'), array_fill('\x01'::bytea, '{6}'),
+    ARRAY[NULL, NULL, 't1', NULL, 't1', NULL]);
+
+-- the first round: nothing to ack, two rows claimed, in id order
+SELECT id, recipient, delivery_state, delivery_attempts
+  FROM outbox_ack_claim('{}', 2);
+-- the next: those two acked, the next two claimed, one statement
+SELECT id, recipient, delivery_state FROM outbox_ack_claim('{1,2}', 2);
+SELECT * FROM outbox_digest;
+SELECT acked FROM outbox_stats();
+
+-- a recipient's round: only its rows acked (row 4 is agent:b's, left
+-- delivered) and claimed
+SELECT id, recipient FROM outbox_ack_claim('{3,4}', 10, 'agent:a');
+SELECT * FROM outbox_digest;
+-- a tenant's: rows of the recipient and the tenant only
+SELECT outbox_release('{5}', retry_after => '0');
+SELECT id, recipient, tenant_id FROM outbox_ack_claim('{}', 10, 'agent:a', 't1');
+
+-- a late ack of a reclaimed row (pending again) still acks it, through
+-- delivered, as outbox_ack does; the claim then takes what is left
+SELECT outbox_reclaim('0 seconds');
+SELECT * FROM outbox_digest;
+SELECT id FROM outbox_ack_claim('{4}', 1);
+SELECT * FROM outbox_digest;
+
+-- a rollback undoes the ack and the claim alike
+BEGIN;
+SELECT id FROM outbox_ack_claim('{5}', 10);
+ROLLBACK;
+SELECT * FROM outbox_digest;
+
+-- ids of no row, and acked ones, ack nothing; the claim still runs
+SELECT count(*) FROM outbox_ack_claim('{1,2,999}', 10);
+SELECT * FROM outbox_digest;
+
+--
+-- bad arguments: an error, nothing acked
+--
+\set VERBOSITY sqlstate
+SELECT * FROM outbox_ack_claim(NULL, 10);
+SELECT * FROM outbox_ack_claim('{5,NULL}', 10);
+SELECT * FROM outbox_ack_claim('{5}', 0);
+SELECT * FROM outbox_ack_claim('{5}', NULL);
+SELECT * FROM outbox_ack_claim('{5}', 10, '');
+SELECT * FROM outbox_ack_claim('{5}', 10, outbox => 'pg_class');
+SELECT * FROM outbox_ack_claim('{5}', 10, outbox => 0);
+\set VERBOSITY default
+SELECT * FROM outbox_ack_claim('{5}', 0);
+SELECT * FROM outbox_ack_claim('{5}', 10, outbox => 'pg_class');
+SELECT * FROM outbox_digest;
+
+-- a role needs EXECUTE, and UPDATE on a tenant's outbox
+SET client_min_messages = warning;
+DROP ROLE IF EXISTS regress_ack_claim_relay;
+RESET client_min_messages;
+CREATE ROLE regress_ack_claim_relay;
+CREATE SCHEMA regress_ack_claim;
+SELECT outbox_create('regress_ack_claim');
+SELECT outbox_enqueue('agent:t', 'work', '\x02',
+                      outbox => 'regress_ack_claim.delivery_outbox');
+GRANT USAGE ON SCHEMA regress_ack_claim TO regress_ack_claim_relay;
+SET ROLE regress_ack_claim_relay;
+\set VERBOSITY sqlstate
+SELECT * FROM outbox_ack_claim('{}', 10, outbox => 'regress_ack_claim.delivery_outbox');
+RESET ROLE;
+GRANT EXECUTE ON FUNCTION outbox_ack_claim(bigint[], integer, text, text, regclass)
+   TO regress_ack_claim_relay;
+SET ROLE regress_ack_claim_relay;
+SELECT * FROM outbox_ack_claim('{}', 10, outbox => 'regress_ack_claim.delivery_outbox');
+RESET ROLE;
+GRANT UPDATE ON regress_ack_claim.delivery_outbox TO regress_ack_claim_relay;
+SET ROLE regress_ack_claim_relay;
+\set VERBOSITY default
+SELECT id, recipient, delivery_state
+  FROM outbox_ack_claim('{}', 10, outbox => 'regress_ack_claim.delivery_outbox');
+SELECT id, recipient, delivery_state
+  FROM outbox_ack_claim('{1}', 10, outbox => 'regress_ack_claim.delivery_outbox');
+RESET ROLE;
+SELECT id, delivery_state FROM regress_ack_claim.delivery_outbox;
+
+--
+-- an ordered outbox: the ack of a recipient's head frees its next row for
+-- the same call's claim
+--
+SELECT outbox_configure('regress_ack_claim.delivery_outbox', ordered => true);
+SELECT count(*) FROM outbox_enqueue_batch(ARRAY['agent:o', 'agent:o', 'agent:o'],
+    array_fill('work'::text, '{3}'), array_fill('\x03'::bytea, '{3}'),
+    outbox => 'regress_ack_claim.delivery_outbox');
+-- one row a round: the head, then nothing while it is out, then the
+-- next with the head's ack
+SELECT id FROM outbox_ack_claim('{}', 1, outbox => 'regress_ack_claim.delivery_outbox');
+SELECT id FROM outbox_ack_claim('{}', 1, outbox => 'regress_ack_claim.delivery_outbox');
+SELECT id FROM outbox_ack_claim('{2}', 1, outbox => 'regress_ack_claim.delivery_outbox');
+SELECT id FROM outbox_ack_claim('{3}', 1, outbox => 'regress_ack_claim.delivery_outbox');
+SELECT id, delivery_state FROM regress_ack_claim.delivery_outbox ORDER BY id;
+
+SET client_min_messages = warning;
+DROP SCHEMA regress_ack_claim CASCADE;
+RESET client_min_messages;
+REVOKE ALL ON FUNCTION outbox_ack_claim(bigint[], integer, text, text, regclass)
+  FROM regress_ack_claim_relay;
+DROP ROLE regress_ack_claim_relay;
+DROP VIEW outbox_digest;
+DROP EXTENSION delivery_outbox;
