@@ -57,6 +57,7 @@ typedef struct OutboxInsertRun
 	bool		inserted;		/* outbox_insert_row's result */
 } OutboxInsertRun;
 
+static uint64 outbox_ack_finish(OutboxTable *t, Datum *values);
 static uint64 outbox_ack_internal(OutboxTable *t, Datum ids, Datum recipient,
 								  char recipient_null);
 static bool outbox_insert_as_owner(OutboxTable *t, Datum *values,
@@ -942,6 +943,12 @@ outbox_command_work(void *arg)
  * found pending (a late ack after a reclaim) is moved through delivered, so
  * the trigger's rules and bookkeeping hold; then every locked row goes to
  * acked.  Returns the number of rows this call acked.
+ *
+ * On an outbox that keeps no acked row (its retain_acked is 0), the last
+ * step deletes the rows instead: the purge would delete them at the next
+ * sweep anyway, and an UPDATE now would write a tuple and its index
+ * entries only for VACUUM to remove.  The guard sees the DELETE and counts
+ * it as an ack (outbox_delete_counter).
  */
 static uint64
 outbox_ack_internal(OutboxTable *t, Datum ids, Datum recipient,
@@ -969,7 +976,7 @@ outbox_ack_internal(OutboxTable *t, Datum ids, Datum recipient,
 	if (recipient_null == 'n' &&
 		ArrayGetNItems(ARR_NDIM(DatumGetArrayTypeP(ids)),
 					   ARR_DIMS(DatumGetArrayTypeP(ids))) == 1 &&
-		outbox_execute(t, OUTBOX_PLAN_ACK_FINISH, values, NULL, SPI_OK_UPDATE) == 1)
+		outbox_ack_finish(t, values) == 1)
 	{
 		SPI_finish();
 		return 1;
@@ -1009,8 +1016,43 @@ outbox_ack_internal(OutboxTable *t, Datum ids, Datum recipient,
 												INT8OID, sizeof(int64),
 												FLOAT8PASSBYVAL,
 												TYPALIGN_DOUBLE));
-	count = outbox_execute(t, OUTBOX_PLAN_ACK_FINISH, values, NULL, SPI_OK_UPDATE);
+	count = outbox_ack_finish(t, values);
 	SPI_finish();
+
+	return count;
+}
+
+/*
+ * outbox_ack_finish
+ *
+ * The last step of an ack: the delivered rows of the int8[] values[0] to
+ * acked, or, on an outbox whose own retain_acked is 0, deleted (counted as
+ * acks by the guard).  Returns the number of rows.
+ */
+static uint64
+outbox_ack_finish(OutboxTable *t, Datum *values)
+{
+	const OutboxPolicy *policy = outbox_table_policy(t);
+	OutboxCounter save_delete = outbox_delete_counter;
+	volatile uint64 count = 0;
+
+	if (!policy->has_retain_acked ||
+		policy->retain_acked.month != 0 || policy->retain_acked.day != 0 ||
+		policy->retain_acked.time != 0)
+		return outbox_execute(t, OUTBOX_PLAN_ACK_FINISH, values, NULL,
+							  SPI_OK_UPDATE);
+
+	outbox_delete_counter = OUTBOX_COUNT_ACKED;
+	PG_TRY();
+	{
+		count = outbox_execute(t, OUTBOX_PLAN_ACK_DELETE, values, NULL,
+							   SPI_OK_DELETE);
+	}
+	PG_FINALLY();
+	{
+		outbox_delete_counter = save_delete;
+	}
+	PG_END_TRY();
 
 	return count;
 }

@@ -402,6 +402,14 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		{INT8ARRAYOID},
 		OUTBOX_SAME_SQL
 	},
+	/* the ack of an outbox that keeps no acked row (retain_acked 0) */
+	[OUTBOX_PLAN_ACK_DELETE] = {
+		"DELETE FROM %1$s"
+		" WHERE id OPERATOR(pg_catalog.=) ANY ($1)%P1"
+		" AND pg_catalog.texteq(delivery_state, 'delivered')",
+		{INT8ARRAYOID},
+		OUTBOX_SAME_SQL
+	},
 	/* $6 ids, $7 retry_after, $8 error */
 	[OUTBOX_PLAN_RELEASE] = {
 		OUTBOX_REQUEUE_SQL("SELECT " OUTBOX_LOCKED_COLUMNS " FROM %1$s"

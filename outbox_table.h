@@ -43,7 +43,7 @@ typedef struct OutboxPolicy
 } OutboxPolicy;
 
 /* Statements kept per table and user; see outbox_statements.c. */
-#define OUTBOX_NUM_PLANS_MAX	40
+#define OUTBOX_NUM_PLANS_MAX	44
 
 extern OutboxTable *outbox_default_table(void);
 extern OutboxTable *outbox_find_table(Oid relid);

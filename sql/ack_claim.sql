@@ -6,7 +6,8 @@
 -- caller's transaction: a rollback undoes both.  '{}' acks nothing (a
 -- relay's first call).  Every bad argument is an error that acks nothing.
 -- The ack comes first, so on an ordered outbox it frees the recipient's
--- next row for the same call's claim.
+-- next row for the same call's claim.  On an outbox whose retain_acked is
+-- '0' every ack deletes the rows it acks.
 --
 CREATE EXTENSION delivery_outbox;
 
@@ -117,6 +118,78 @@ SELECT id FROM outbox_ack_claim('{}', 1, outbox => 'regress_ack_claim.delivery_o
 SELECT id FROM outbox_ack_claim('{2}', 1, outbox => 'regress_ack_claim.delivery_outbox');
 SELECT id FROM outbox_ack_claim('{3}', 1, outbox => 'regress_ack_claim.delivery_outbox');
 SELECT id, delivery_state FROM regress_ack_claim.delivery_outbox ORDER BY id;
+
+--
+-- An outbox that keeps no acked row (its own retain_acked is '0'): an ack
+-- deletes the rows instead of writing them acked, whichever call acks
+-- (outbox_ack of one id or many, outbox_ack_claim, a late ack of a
+-- reclaimed row); only delivered rows, only the recipient's; the guard
+-- sees the DELETE.  A dedup_key is free again once its row is acked.
+-- Another retain_acked, or none (the GUC), keeps acked rows as before.
+--
+SELECT outbox_create('regress_ack_claim', 'gone');
+SELECT outbox_configure('regress_ack_claim.gone', retain_acked => '0');
+SELECT count(*) FROM outbox_enqueue_batch(
+    ARRAY['agent:a', 'agent:a', 'agent:b', 'agent:a', 'agent:a', 'agent:a'],
+    array_fill('work'::text, '{6}'), array_fill('\x04'::bytea, '{6}'),
+    dedup_keys => ARRAY['k1', NULL, NULL, NULL, NULL, NULL],
+    outbox => 'regress_ack_claim.gone');
+SELECT id FROM outbox_ack_claim('{}', 4, outbox => 'regress_ack_claim.gone');
+-- one id; then many, the recipient's only (3 is agent:b's, left), 5 too,
+-- pending: a late ack, as outbox_ack's
+SELECT outbox_ack(1, outbox => 'regress_ack_claim.gone');
+SELECT outbox_ack('{2,3,5}'::bigint[], 'agent:a', outbox => 'regress_ack_claim.gone');
+SELECT id, delivery_state FROM regress_ack_claim.gone ORDER BY id;
+SELECT pending, delivered, acked FROM outbox_stats('regress_ack_claim.gone');
+-- the key of the deleted row 1 is free
+SELECT outbox_enqueue('agent:a', 'work', '\x05', dedup_key => 'k1',
+                      outbox => 'regress_ack_claim.gone');
+-- a reclaimed row acked late goes too; ack_claim deletes and claims
+SELECT outbox_reclaim('0 seconds', outbox => 'regress_ack_claim.gone');
+SELECT id FROM outbox_ack_claim('{3,4}', 2, outbox => 'regress_ack_claim.gone');
+SELECT id, delivery_state, delivery_attempts FROM regress_ack_claim.gone ORDER BY id;
+-- a rollback keeps them
+BEGIN;
+SELECT outbox_ack('{5,6}'::bigint[], outbox => 'regress_ack_claim.gone');
+ROLLBACK;
+SELECT id, delivery_state FROM regress_ack_claim.gone ORDER BY id;
+-- a hand-written UPDATE still acks (the purge takes the row later)
+UPDATE regress_ack_claim.gone SET delivery_state = 'acked' WHERE id = 6;
+-- retain_acked '1 hour' keeps acked rows; reset to the GUC keeps them too
+SELECT outbox_configure('regress_ack_claim.gone', retain_acked => '1 hour');
+SELECT outbox_ack(7, outbox => 'regress_ack_claim.gone');
+SELECT outbox_configure('regress_ack_claim.gone', retain_acked => '-1 second');
+SELECT outbox_enqueue('agent:a', 'work', '\x05', outbox => 'regress_ack_claim.gone');
+SELECT id FROM outbox_ack_claim('{}', 10, outbox => 'regress_ack_claim.gone');
+SELECT id FROM outbox_ack_claim('{8}', 10, outbox => 'regress_ack_claim.gone');
+SELECT id, delivery_state FROM regress_ack_claim.gone ORDER BY id;
+-- the guard still judges every write: acked rows never change
+\set VERBOSITY sqlstate
+UPDATE regress_ack_claim.gone SET delivery_state = 'pending' WHERE id = 6;
+\set VERBOSITY default
+
+-- an ordered outbox that keeps no acked row: the head's ack (a delete)
+-- frees the group's next row
+SELECT outbox_configure('regress_ack_claim.delivery_outbox', retain_acked => '0');
+SELECT count(*) FROM outbox_enqueue_batch(ARRAY['agent:p', 'agent:p'],
+    array_fill('work'::text, '{2}'), array_fill('\x06'::bytea, '{2}'),
+    outbox => 'regress_ack_claim.delivery_outbox');
+SELECT id FROM outbox_ack_claim('{4}', 1, outbox => 'regress_ack_claim.delivery_outbox');
+SELECT id FROM outbox_ack_claim('{}', 1, outbox => 'regress_ack_claim.delivery_outbox');
+SELECT id FROM outbox_ack_claim('{5}', 1, outbox => 'regress_ack_claim.delivery_outbox');
+SELECT id FROM outbox_ack_claim('{6}', 1, outbox => 'regress_ack_claim.delivery_outbox');
+SELECT id, delivery_state FROM regress_ack_claim.delivery_outbox ORDER BY id;
+
+-- a partitioned one: the rows go from their partitions
+SELECT outbox_create('regress_ack_claim', 'parted', partition_rows => 2);
+SELECT outbox_configure('regress_ack_claim.parted', retain_acked => '0');
+SELECT count(*) FROM outbox_enqueue_batch(array_fill('agent:q'::text, '{5}'),
+    array_fill('work'::text, '{5}'), array_fill('\x07'::bytea, '{5}'),
+    outbox => 'regress_ack_claim.parted');
+SELECT id FROM outbox_ack_claim('{}', 3, outbox => 'regress_ack_claim.parted');
+SELECT id FROM outbox_ack_claim('{1,2,3}', 3, outbox => 'regress_ack_claim.parted');
+SELECT tableoid::regclass AS partition, id, delivery_state
+  FROM regress_ack_claim.parted ORDER BY id;
 
 SET client_min_messages = warning;
 DROP SCHEMA regress_ack_claim CASCADE;

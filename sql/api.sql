@@ -42,7 +42,7 @@ SELECT bool_or(keys = '{id}' AND partial) AS pending_by_id,
 SELECT tgfoid::regproc AS function, tgenabled, tgtype & 1 = 1 AS for_each_row,
        tgtype & 2 = 2 AS before, tgtype & 4 = 4 AS on_insert,
        tgtype & 8 = 8 AS on_delete, tgtype & 16 = 16 AS on_update
-  FROM pg_trigger WHERE tgrelid = 'delivery_outbox'::regclass;
+  FROM pg_trigger WHERE tgrelid = 'delivery_outbox'::regclass ORDER BY tgname;
 SELECT extconfig::regclass[] AS dumped, extcondition, extrelocatable
   FROM pg_extension WHERE extname = 'delivery_outbox';
 -- the functions: argument names and defaults (callers use named notation),

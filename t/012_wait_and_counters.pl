@@ -439,6 +439,27 @@ ROLLBACK;
 $c = moved($c, {}, 'a rolled-back DELETE counts nothing');
 gauges_match('gauges after purging');
 
+# an outbox that keeps no acked row (retain_acked '0', 1.3): its acks
+# delete the rows, counted as acks, not purges; outbox_ack_claim acks and
+# claims in one call
+$node->safe_psql(
+	'postgres', q{
+SELECT outbox_configure('delivery_outbox', retain_acked => '0');
+SELECT outbox_enqueue('agent:del', 'work', '\xb1');
+SELECT outbox_enqueue('agent:del', 'work', '\xb2');
+SELECT count(*) FROM outbox_ack_claim('{}', 1, 'agent:del');                   -- b1
+SELECT count(*) FROM outbox_ack_claim(ARRAY[row_id('\xb1')], 1, 'agent:del');  -- b1 acked, b2
+SELECT outbox_ack(row_id('\xb2'));
+SELECT outbox_configure('delivery_outbox', retain_acked => '-1 second');
+});
+$c = moved($c, { enqueued => 2, notified => 2, claimed => 2, acked => 2 },
+	'retain_acked 0: two rows enqueued, claimed and acked by deleting them: acked +2, purged +0');
+is( $node->safe_psql(
+		'postgres', q{SELECT count(*) FROM delivery_outbox WHERE recipient = 'agent:del'}),
+	'0',
+	'retain_acked 0: the acked rows are gone');
+gauges_match('gauges after acks that delete');
+
 # notify = off, notify_queue_limit = 0
 $node->safe_psql(
 	'postgres', q{
