@@ -7,14 +7,31 @@
  * its recipient.  The loop around it is the one README's "relay loop"
  * describes:
  *
- *	 connect -> LISTEN -> ack what was pushed before a lost connection ->
- *	 drain -> wait for a notification (or a timeout) -> drain -> ...
+ *	 connect -> SET synchronous_commit = off -> LISTEN -> ack what was
+ *	 pushed before a lost connection -> drain -> wait for a notification (or
+ *	 a timeout) -> drain -> ...
  *
- *	 drain:  rows = outbox_claim(BATCH); deliver() each row;
- *			 outbox_release(failed ids, retry_after, error);
- *			 outbox_reject(refused ids, error); outbox_ack(pushed ids);
- *			 until a claim comes back empty.
+ *	 drain:  rows = outbox_ack_claim('{}', BATCH);
+ *			 loop: deliver() each row;
+ *				   outbox_release(failed ids, retry_after, error);
+ *				   outbox_reject(refused ids, error);
+ *				   rows = outbox_ack_claim(pushed ids, BATCH)
+ *			 until a claim comes back empty (its call acked the last pushed
+ *			 ids).
  *
+ * - One round trip and one commit per batch: outbox_ack_claim acks the ids
+ *	 pushed from the last batch and claims the next in one statement, so one
+ *	 transaction (the relay never opens one itself).  '{}' acks nothing: the
+ *	 first round of a drain.  Failed and refused rows are released or
+ *	 rejected before the next round and never acked.
+ * - The relay's session runs with synchronous_commit = off
+ *	 (RELAY_SYNCHRONOUS_COMMIT): its commits do not wait for their WAL to
+ *	 reach disk, and at-least-once delivery survives losing the last of them
+ *	 in a server crash.  A lost claim leaves its rows pending (or, reclaimed,
+ *	 puts them back there); a lost ack, release or reject leaves its rows
+ *	 delivered, and the sweep makes them pending again.  Either way the row
+ *	 is pushed again: a duplicate, never a loss.  The rows themselves are
+ *	 committed by the producers, with their own setting.
  * - LISTEN comes before the first drain, on every (re)connect: a row
  *	 committed before LISTEN is found by the drain, one committed after it is
  *	 notified.
@@ -42,7 +59,7 @@
  * - Connection loss: reconnect with exponential backoff (BACKOFF_MIN_MS,
  *	 doubling up to BACKOFF_MAX_MS, with jitter).
  * - SIGTERM/SIGINT: finish the row being pushed, give the unpushed rows of
- *	 the batch back, ack what was pushed, close, exit 0.
+ *	 the batch back, ack what was pushed (outbox_ack), close, exit 0.
  *
  * Connection: the libpq environment (PGHOST, PGPORT, PGDATABASE, PGUSER,
  * PGPASSWORD or ~/.pgpass, PGAPPNAME, PGOPTIONS ...), whole: libpq reads it.
@@ -53,13 +70,18 @@
  *	 SWEEP_EVERY (30 s, 0 = never)	   RECLAIM_AFTER (60 s)
  *	 RETRY_AFTER_MS (1000: retry_after of a failed push; 0 = none, the
  *	 outbox's backoff_base decides)	   BACKOFF_MIN_MS (100) BACKOFF_MAX_MS (30000)
+ *	 RELAY_SYNCHRONOUS_COMMIT (off: synchronous_commit of the relay's
+ *	 session, set on every (re)connect; on makes each round wait for its WAL
+ *	 flush)
  *	 test hooks: FAIL_EVERY (every Nth push fails; 0 = never),
  *	 FAIL_ONCE_PAYLOAD (the first push of a row with exactly this payload
  *	 fails), REFUSE_PAYLOAD (the recipient refuses a row with exactly this
  *	 payload), PUSH_DELAY_MS (each push takes this long)
  *
  * Each successful push prints "recipient id" on stdout; the log goes to
- * stderr.
+ * stderr (each connection's line names the session's synchronous_commit, as
+ * the server reports it; the last line counts the rounds of
+ * outbox_ack_claim).
  *
  * Build and run:  make -C examples/c && PGDATABASE=shop examples/c/relay
  *
@@ -125,14 +147,21 @@ static int	fail_every;
 static int	push_delay_ms;
 static const char *fail_once_payload;
 static const char *refuse_payload;
+static const char *synchronous_commit;
 
 /* state */
 static volatile sig_atomic_t stopping = 0;
 static int	wake_pipe[2] = {-1, -1};
 static IdList unacked;			/* pushed, ack not yet confirmed */
 static double next_sweep = 0;
+static char synchronous_commit_shown[32];	/* as the server reports it */
+
+/*
+ * acked: rows outbox_ack acked, plus the ids given to outbox_ack_claim,
+ * which does not count them; rounds: its calls
+ */
 static long cnt_pushed, cnt_acked, cnt_released, cnt_failed, cnt_rejected,
-			cnt_connects, cnt_reclaimed;
+			cnt_connects, cnt_reclaimed, cnt_rounds;
 
 static void
 logmsg(const char *fmt,...)
@@ -389,7 +418,22 @@ relay_connect(void)
 		exit(1);
 	}
 	sprintf(sql, "LISTEN %s", ident);
-	res = PQexec(conn, sql);
+
+	/*
+	 * Safe for at-least-once delivery (see the header): a claim or an ack
+	 * lost in a crash only means the row is pushed again.  Set on every
+	 * connection: a reconnect is a new session.
+	 */
+	res = PQexecParams(conn,
+					   "SELECT pg_catalog.set_config('synchronous_commit', $1, false)",
+					   1, NULL, &synchronous_commit, NULL, NULL, 0);
+	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+	{
+		snprintf(synchronous_commit_shown, sizeof(synchronous_commit_shown), "%s",
+				 PQgetvalue(res, 0, 0));
+		PQclear(res);
+		res = PQexec(conn, sql);
+	}
 	free(sql);
 	PQfreemem(ident);
 	if (PQresultStatus(res) != PGRES_COMMAND_OK)
@@ -442,32 +486,44 @@ settle_failed(PGconn *conn, long long id, PushResult result, const char *error)
 	return 0;
 }
 
-/* Claim, push, release failures, reject refusals, ack; until nothing is claimable. */
+/*
+ * Rounds until nothing is claimable: ack the ids pushed from the last batch
+ * and claim the next in one statement (outbox_ack_claim); push; release
+ * failures, reject refusals.  The ids pushed now are acked by the next
+ * round; when stopping, by outbox_ack.
+ */
 static int
 drain(PGconn *conn)
 {
 	char		batch_text[16];
-	const char *params[2] = {batch_text, outbox};
 
 	snprintf(batch_text, sizeof(batch_text), "%d", batch_size);
 	while (!stopping)
 	{
 		PGresult   *res;
 		IdList		give_back = {0};	/* claimed, never pushed */
+		char	   *acking = idlist_literal(&unacked);	/* "{}" at first */
+		const char *params[3] = {acking, batch_text, outbox};
 		int			nrows;
 		int			rc = 0;
 
 		res = PQexecParams(conn,
 						   "SELECT id, recipient, kind, tenant_id, payload,"
 						   "       delivery_attempts"
-						   "  FROM outbox_claim($1, outbox => $2::regclass)",
-						   2, NULL, params, NULL, NULL, 0);
+						   "  FROM outbox_ack_claim($1::bigint[], $2::integer,"
+						   "                        outbox => $3::regclass)",
+						   3, NULL, params, NULL, NULL, 0);
+		free(acking);
 		if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		{
 			logmsg("connection lost: %s", first_line(PQerrorMessage(conn)));
 			PQclear(res);
 			return -1;
 		}
+		/* committed (the statement is its own transaction): those are acked */
+		cnt_rounds++;
+		cnt_acked += unacked.n;
+		unacked.n = 0;
 		nrows = PQntuples(res);
 		if (nrows == 0)
 		{
@@ -526,13 +582,12 @@ drain(PGconn *conn)
 			if (rc == 0)
 				cnt_released += n;
 		}
-		if (rc == 0)
-			rc = ack_pushed(conn);
 		free(give_back.ids);
 		if (rc != 0)
 			return -1;
 	}
-	return 0;
+	/* stopping: the last round's pushed ids have no next round */
+	return ack_pushed(conn);
 }
 
 static int
@@ -674,6 +729,9 @@ main(void)
 	push_delay_ms = env_int("PUSH_DELAY_MS", 0);
 	fail_once_payload = getenv("FAIL_ONCE_PAYLOAD") ? getenv("FAIL_ONCE_PAYLOAD") : "";
 	refuse_payload = getenv("REFUSE_PAYLOAD") ? getenv("REFUSE_PAYLOAD") : "";
+	synchronous_commit = getenv("RELAY_SYNCHRONOUS_COMMIT");
+	if (synchronous_commit == NULL || *synchronous_commit == '\0')
+		synchronous_commit = "off";
 
 	if (pipe(wake_pipe) != 0)
 	{
@@ -698,8 +756,8 @@ main(void)
 		if (conn != NULL)
 		{
 			cnt_connects++;
-			logmsg("connected (backend pid %d), listening on %s, outbox %s",
-				   PQbackendPID(conn), channel,
+			logmsg("connected (backend pid %d, synchronous_commit %s), listening on %s, outbox %s",
+				   PQbackendPID(conn), synchronous_commit_shown, channel,
 				   outbox ? outbox : "(the extension's own)");
 			backoff = backoff_min_ms;
 			serve(conn);
@@ -717,9 +775,9 @@ main(void)
 	if (unacked.n > 0)
 		logmsg("%d pushed rows could not be acked; the sweep (outbox_reclaim) will redeliver them",
 			   unacked.n);
-	logmsg("stopped: pushed %ld, acked %ld, released %ld, failed %ld, rejected %ld, connects %ld, reclaimed %ld",
+	logmsg("stopped: pushed %ld, acked %ld, released %ld, failed %ld, rejected %ld, connects %ld, reclaimed %ld, rounds %ld",
 		   cnt_pushed, cnt_acked, cnt_released, cnt_failed, cnt_rejected,
-		   cnt_connects, cnt_reclaimed);
+		   cnt_connects, cnt_reclaimed, cnt_rounds);
 	free(unacked.ids);
 	return 0;
 }

@@ -5,14 +5,31 @@
 // recipient (an HTTP call, a websocket frame, a queue publish ...).  The loop
 // around it is the one README's "relay loop" describes:
 //
-//   connect -> LISTEN -> ack what was pushed before a lost connection ->
-//   drain -> wait for a notification (or a timeout) -> drain -> ...
+//   connect -> SET synchronous_commit = off -> LISTEN -> ack what was
+//   pushed before a lost connection -> drain -> wait for a notification (or
+//   a timeout) -> drain -> ...
 //
-//   drain:  rows = outbox_claim(BATCH); deliver() each row;
-//           outbox_release(failed ids, retry_after, error);
-//           outbox_reject(refused ids, error); outbox_ack(pushed ids);
-//           until a claim comes back empty.
+//   drain:  rows = outbox_ack_claim('{}', BATCH);
+//           loop: deliver() each row;
+//                 outbox_release(failed ids, retry_after, error);
+//                 outbox_reject(refused ids, error);
+//                 rows = outbox_ack_claim(pushed ids, BATCH)
+//           until a claim comes back empty (its call acked the last pushed
+//           ids).
 //
+// - One round trip and one commit per batch: outbox_ack_claim acks the ids
+//   pushed from the last batch and claims the next in one statement, so one
+//   transaction (each query of the relay is its own).  '{}' acks nothing:
+//   the first round of a drain.  Failed and refused rows are released or
+//   rejected before the next round and never acked.
+// - The relay's session runs with synchronous_commit = off
+//   (RELAY_SYNCHRONOUS_COMMIT): its commits do not wait for their WAL to
+//   reach disk, and at-least-once delivery survives losing the last of them
+//   in a server crash.  A lost claim leaves its rows pending (or, reclaimed,
+//   puts them back there); a lost ack, release or reject leaves its rows
+//   delivered, and the sweep makes them pending again.  Either way the row
+//   is pushed again: a duplicate, never a loss.  The rows themselves are
+//   committed by the producers, with their own setting.
 // - LISTEN comes before the first drain, on every (re)connect: a row
 //   committed before LISTEN is found by the drain, one committed after it is
 //   notified.
@@ -40,7 +57,7 @@
 // - Connection loss: reconnect with exponential backoff (BACKOFF_MIN_MS,
 //   doubling up to BACKOFF_MAX_MS, with jitter).
 // - SIGTERM/SIGINT: finish the row being pushed, give the unpushed rows of
-//   the batch back, ack what was pushed, close, exit 0.
+//   the batch back, ack what was pushed (outbox_ack), close, exit 0.
 //
 // Connection: the libpq-style environment pg reads (PGHOST, PGPORT,
 // PGDATABASE, PGUSER, PGPASSWORD or ~/.pgpass, PGAPPNAME, PGOPTIONS ...;
@@ -52,13 +69,18 @@
 //   SWEEP_EVERY (30 s, 0 = never)     RECLAIM_AFTER (60 s)
 //   RETRY_AFTER_MS (1000: retry_after of a failed push; 0 = none, the
 //   outbox's backoff_base decides)    BACKOFF_MIN_MS (100) BACKOFF_MAX_MS (30000)
+//   RELAY_SYNCHRONOUS_COMMIT (off: synchronous_commit of the relay's
+//   session, set on every (re)connect; on makes each round wait for its
+//   WAL flush)
 //   test hooks: FAIL_EVERY (every Nth push fails; 0 = never),
 //   FAIL_ONCE_PAYLOAD (the first push of a row with exactly this payload
 //   fails), REFUSE_PAYLOAD (the recipient refuses a row with exactly this
 //   payload), PUSH_DELAY_MS (each push takes this long)
 //
 // Each successful push prints "recipient id" on stdout; the log goes to
-// stderr.
+// stderr (each connection's line names the session's synchronous_commit, as
+// the server reports it; the last line counts the rounds of
+// outbox_ack_claim).
 //
 // Run:  cd examples/node && npm ci && PGDATABASE=shop node relay.js
 
@@ -84,6 +106,7 @@ const FAIL_EVERY = envInt('FAIL_EVERY', 0);
 const PUSH_DELAY_MS = envInt('PUSH_DELAY_MS', 0);
 const FAIL_ONCE_PAYLOAD = Buffer.from(process.env.FAIL_ONCE_PAYLOAD || '');
 const REFUSE_PAYLOAD = Buffer.from(process.env.REFUSE_PAYLOAD || '');
+const SYNCHRONOUS_COMMIT = process.env.RELAY_SYNCHRONOUS_COMMIT || 'off';
 
 function log(msg) {
   process.stderr.write(`relay: ${msg}\n`);
@@ -134,8 +157,12 @@ class Relay {
     this.client = null;       // the connection in use
     this.unacked = [];        // pushed, ack not yet confirmed
     this.nextSweep = 0;
+    this.synchronousCommit = null;  // as the server reports it
+    // acked: rows outbox_ack acked, plus the ids given to outbox_ack_claim,
+    // which does not count them; rounds: its calls
     this.counts = {
       pushed: 0, acked: 0, released: 0, failed: 0, rejected: 0, connects: 0, reclaimed: 0,
+      rounds: 0,
     };
     const onSignal = (sig) => {
       if (!this.stopping) log(`${sig}: finishing the current batch, then stopping`);
@@ -180,6 +207,12 @@ class Relay {
     client.on('notification', wakeIfCurrent);
     try {
       await client.connect();
+      // Safe for at-least-once delivery (see the header): a claim or an ack
+      // lost in a crash only means the row is pushed again.  Set on every
+      // connection: a reconnect is a new session.
+      const res = await client.query(
+        "SELECT pg_catalog.set_config('synchronous_commit', $1, false) AS v", [SYNCHRONOUS_COMMIT]);
+      this.synchronousCommit = res.rows[0].v;
       await client.query(`LISTEN ${client.escapeIdentifier(CHANNEL)}`);
       this.client = client;
     } catch (err) {
@@ -197,14 +230,21 @@ class Relay {
     this.unacked = [];
   }
 
-  // Claim, push, release failures, reject refusals, ack; until nothing is
-  // claimable.
+  // Rounds until nothing is claimable: ack the ids pushed from the last
+  // batch and claim the next in one statement; push; release failures,
+  // reject refusals.  The ids pushed now are acked by the next round.
   async drain(client) {
     while (!this.stopping) {
       this.woken = false;
+      const ids = this.unacked;
       const { rows } = await client.query(
         'SELECT id, recipient, kind, tenant_id, payload, delivery_attempts' +
-        '  FROM outbox_claim($1, outbox => $2::regclass)', [BATCH, OUTBOX]);
+        '  FROM outbox_ack_claim($1::bigint[], $2::integer, outbox => $3::regclass)',
+        [ids, BATCH, OUTBOX]);
+      // committed (each query is its own transaction): those ids are acked
+      this.counts.rounds += 1;
+      this.counts.acked += ids.length;
+      this.unacked = [];
       if (rows.length === 0) return;
       const unpushed = [];            // claimed, never pushed
       const failed = [];              // [id, error]: retry later
@@ -248,8 +288,9 @@ class Relay {
           'SELECT outbox_release($1::bigint[], outbox => $2::regclass) AS n', [unpushed, OUTBOX]);
         this.counts.released += res.rows[0].n;
       }
-      await this.ack(client);
     }
+    // stopping: the last round's pushed ids have no next round
+    await this.ack(client);
   }
 
   // Milliseconds until the earliest row that is pending but not claimable
@@ -301,7 +342,8 @@ class Relay {
       try {
         client = await this.connect();
         this.counts.connects += 1;
-        log(`connected (backend pid ${client.processID}), listening on ${CHANNEL}, ` +
+        log(`connected (backend pid ${client.processID}, synchronous_commit ${this.synchronousCommit}), ` +
+            `listening on ${CHANNEL}, ` +
             `outbox ${OUTBOX || "(the extension's own)"}`);
         backoff = BACKOFF_MIN_MS;
         await this.serve(client);

@@ -5,13 +5,31 @@ Copy this file and replace deliver() with the code that pushes a row to its
 recipient (an HTTP call, a websocket frame, a queue publish ...).  The loop
 around it is the one README's "relay loop" describes:
 
-  connect -> LISTEN -> ack what was pushed before a lost connection ->
-  drain -> wait for a notification (or a timeout) -> drain -> ...
+  connect -> SET synchronous_commit = off -> LISTEN -> ack what was
+  pushed before a lost connection -> drain -> wait for a notification (or
+  a timeout) -> drain -> ...
 
-  drain:  rows = outbox_claim(BATCH); deliver() each row;
-          outbox_release(failed ids, retry_after, error);
-          outbox_reject(refused ids, error); outbox_ack(pushed ids);
-          until a claim comes back empty.
+  drain:  rows = outbox_ack_claim('{}', BATCH);
+          loop: deliver() each row;
+                outbox_release(failed ids, retry_after, error);
+                outbox_reject(refused ids, error);
+                rows = outbox_ack_claim(pushed ids, BATCH)
+          until a claim comes back empty (its call acked the last pushed
+          ids).
+
+- One round trip and one commit per batch: outbox_ack_claim acks the ids
+  pushed from the last batch and claims the next in one statement, so one
+  transaction (the relay runs in autocommit).  '{}' acks nothing: the first
+  round of a drain.  Failed and refused rows are released or rejected
+  before the next round and never acked.
+- The relay's session runs with synchronous_commit = off
+  (RELAY_SYNCHRONOUS_COMMIT): its commits do not wait for their WAL to reach
+  disk, and at-least-once delivery survives losing the last of them in a
+  server crash.  A lost claim leaves its rows pending (or, reclaimed, puts
+  them back there); a lost ack, release or reject leaves its rows
+  delivered, and the sweep makes them pending again.  Either way the row is
+  pushed again: a duplicate, never a loss.  The rows themselves are
+  committed by the producers, with their own setting.
 
 - LISTEN comes before the first drain, on every (re)connect: a row committed
   before LISTEN is found by the drain, one committed after it is notified.
@@ -40,7 +58,7 @@ around it is the one README's "relay loop" describes:
 - Connection loss: reconnect with exponential backoff (BACKOFF_MIN_MS,
   doubling up to BACKOFF_MAX_MS, with jitter).
 - SIGTERM/SIGINT: finish the row being pushed, give the unpushed rows of the
-  batch back, ack what was pushed, close, exit 0.
+  batch back, ack what was pushed (outbox_ack), close, exit 0.
 
 Which outbox: OUTBOX names the table (tenant_a.delivery_outbox, or
 delivery_outbox resolved by the session's search_path); every call passes it
@@ -72,6 +90,9 @@ it; e.g. PGOPTIONS='-c search_path=tenant_a,outbox,public').  Settings
   RETRY_AFTER_MS   retry_after of a failed push; 0 = none, the outbox's
                    backoff_base decides           default 1000
   BACKOFF_MIN_MS / BACKOFF_MAX_MS             default 100 / 30000
+  RELAY_SYNCHRONOUS_COMMIT  synchronous_commit of the relay's session, set
+                   on every (re)connect; on makes each round wait for its
+                   WAL flush                       default off
   FAIL_EVERY       test hook: every Nth push fails        default 0 (never)
   FAIL_ONCE_PAYLOAD  test hook: the first push of a row with exactly this
                    payload fails                           default none
@@ -79,7 +100,9 @@ it; e.g. PGOPTIONS='-c search_path=tenant_a,outbox,public').  Settings
                    payload                                 default none
   PUSH_DELAY_MS    test hook: each push takes this long   default 0
 
-Each successful push prints "recipient id" on stdout; the log goes to stderr.
+Each successful push prints "recipient id" on stdout; the log goes to stderr
+(each connection's line names the session's synchronous_commit, as the
+server reports it; the last line counts the rounds of outbox_ack_claim).
 
 Run:  PGDATABASE=shop /usr/bin/python3 examples/python/relay.py
 Needs Debian's python3-psycopg (psycopg 3.1 or later).
@@ -116,6 +139,7 @@ FAIL_EVERY = env_int("FAIL_EVERY", 0)
 PUSH_DELAY_MS = env_int("PUSH_DELAY_MS", 0)
 FAIL_ONCE_PAYLOAD = os.environ.get("FAIL_ONCE_PAYLOAD", "").encode()
 REFUSE_PAYLOAD = os.environ.get("REFUSE_PAYLOAD", "").encode()
+SYNCHRONOUS_COMMIT = os.environ.get("RELAY_SYNCHRONOUS_COMMIT") or "off"
 
 
 def log(msg):
@@ -185,8 +209,11 @@ class Relay:
         self.unacked = {}           # outbox -> ids pushed, ack not yet confirmed
         self.listening = []         # channels of this connection
         self.next_sweep = 0.0
+        self.synchronous_commit = None  # as the server reports it
+        # acked: rows outbox_ack acked, plus the ids given to
+        # outbox_ack_claim, which does not count them; rounds: its calls
         self.counts = dict(pushed=0, acked=0, released=0, failed=0,
-                           rejected=0, connects=0, reclaimed=0)
+                           rejected=0, connects=0, reclaimed=0, rounds=0)
         # SIGTERM/SIGINT set a flag and, through the wake-up fd, end any
         # select() at once.
         self.wake_r, wake_w = os.pipe()
@@ -220,6 +247,12 @@ class Relay:
             "fallback_application_name=delivery_outbox-relay-python",
             autocommit=True, row_factory=namedtuple_row)
         conn.add_notify_handler(self.on_notify)
+        # Safe for at-least-once delivery (see the header): a claim or an
+        # ack lost in a crash only means the row is pushed again.  Set on
+        # every connection: a reconnect is a new session.
+        self.synchronous_commit = conn.execute(
+            "SELECT pg_catalog.set_config('synchronous_commit', %s, false) AS v",
+            (SYNCHRONOUS_COMMIT,)).fetchone().v
         self.listening = self.listen(conn, [])
         return conn
 
@@ -266,15 +299,26 @@ class Relay:
                 if c in self.woken and o not in todo:
                     todo.append(o)
             self.woken.clear()
+        # An outbox leaves todo once its round claimed nothing, and that
+        # round acked its pushed ids: left here only when stopping.
+        self.ack(conn)
 
     def drain_batch(self, conn, outbox):
-        """Claim one batch, push, release failures, reject refusals, ack.
-        True if rows were claimed."""
+        """One round: ack the ids pushed from this outbox's last batch and
+        claim the next, in one statement; push; release failures, reject
+        refusals.  The ids pushed now are acked by the next round.  True if
+        rows were claimed."""
+        ids = self.unacked.get(outbox, [])
         rows = conn.execute(
             "SELECT id, recipient, kind, tenant_id, payload,"
             "       delivery_attempts"
-            "  FROM outbox_claim(%s, outbox => %s::text::regclass)",
-            (BATCH, outbox)).fetchall()
+            "  FROM outbox_ack_claim(%s::bigint[], %s::integer,"
+            "                        outbox => %s::text::regclass)",
+            (ids, BATCH, outbox)).fetchall()
+        # committed (autocommit): those ids are acked
+        self.counts["rounds"] += 1
+        self.counts["acked"] += len(ids)
+        self.unacked.pop(outbox, None)
         if not rows:
             return False
         unpushed = []                  # claimed, never pushed
@@ -312,7 +356,6 @@ class Relay:
             self.counts["released"] += conn.execute(
                 "SELECT outbox_release(%s::bigint[], outbox => %s::text::regclass) AS n",
                 (unpushed, outbox)).fetchone().n
-        self.ack(conn)
         return True
 
     def sweep(self, conn):
@@ -380,7 +423,8 @@ class Relay:
             try:
                 conn = self.connect()
                 self.counts["connects"] += 1
-                log(f"connected (backend pid {conn.info.backend_pid}), "
+                log(f"connected (backend pid {conn.info.backend_pid}, "
+                    f"synchronous_commit {self.synchronous_commit}), "
                     f"listening on {', '.join(self.listening) or '(nothing)'}, "
                     f"outbox {OUTBOX or DEFAULT_NAME}"
                     + (f": {len(self.outboxes)} outboxes" if OUTBOX == "*" else ""))

@@ -4,14 +4,31 @@
 //! to its recipient.  The loop is the one of README's "relay loop", as in
 //! the C, Python and Node.js relays:
 //!
-//!   connect -> LISTEN -> ack what was pushed before a lost connection ->
-//!   drain -> wait for a notification (or a timeout) -> drain -> ...
+//!   connect -> SET synchronous_commit = off -> LISTEN -> ack what was
+//!   pushed before a lost connection -> drain -> wait for a notification
+//!   (or a timeout) -> drain -> ...
 //!
-//!   drain: rows = outbox_claim(BATCH); deliver() each row;
-//!          outbox_release(failed ids, retry_after, error);
-//!          outbox_reject(refused ids, error); outbox_ack(pushed ids);
-//!          until a claim comes back empty.
+//!   drain: rows = outbox_ack_claim('{}', BATCH);
+//!          loop: deliver() each row;
+//!                outbox_release(failed ids, retry_after, error);
+//!                outbox_reject(refused ids, error);
+//!                rows = outbox_ack_claim(pushed ids, BATCH)
+//!          until a claim comes back empty (its call acked the last pushed
+//!          ids).
 //!
+//! - One round trip and one commit per batch: outbox_ack_claim acks the ids
+//!   pushed from the last batch and claims the next in one statement, so
+//!   one transaction (each statement of the relay is its own).  '{}' acks
+//!   nothing: the first round of a drain.  Failed and refused rows are
+//!   released or rejected before the next round and never acked.
+//! - The relay's session runs with synchronous_commit = off
+//!   (RELAY_SYNCHRONOUS_COMMIT): its commits do not wait for their WAL to
+//!   reach disk, and at-least-once delivery survives losing the last of
+//!   them in a server crash.  A lost claim leaves its rows pending (or,
+//!   reclaimed, puts them back there); a lost ack, release or reject leaves
+//!   its rows delivered, and the sweep makes them pending again.  Either way
+//!   the row is pushed again: a duplicate, never a loss.  The rows
+//!   themselves are committed by the producers, with their own setting.
 //! - LISTEN comes before the first drain, on every (re)connect: a row
 //!   committed before LISTEN is found by the drain, one after it notified.
 //! - Notifications are wake-ups only (the payload is a row id); the relay
@@ -35,7 +52,7 @@
 //! - Connection loss: reconnect with exponential backoff (BACKOFF_MIN_MS,
 //!   doubling up to BACKOFF_MAX_MS, with jitter).
 //! - SIGTERM/SIGINT: finish the row being pushed, give the unpushed rows of
-//!   the batch back, ack what was pushed, exit 0.
+//!   the batch back, ack what was pushed (outbox_ack), exit 0.
 //!
 //! Which outbox: OUTBOX names the table (tenant_a.delivery_outbox, or
 //! delivery_outbox resolved by the session's search_path, e.g.
@@ -59,13 +76,18 @@
 //! extension's), OUTBOX_CHANNEL (delivery_outbox), BATCH (100), WAIT_MS (5000),
 //! SWEEP_EVERY (30 s, 0 = never), RECLAIM_AFTER (60 s), RETRY_AFTER_MS
 //! (1000: retry_after of a failed push; 0 = none, the outbox's backoff_base
-//! decides), BACKOFF_MIN_MS (100), BACKOFF_MAX_MS (30000); test hooks:
+//! decides), BACKOFF_MIN_MS (100), BACKOFF_MAX_MS (30000),
+//! RELAY_SYNCHRONOUS_COMMIT (off: synchronous_commit of the relay's
+//! session, set on every (re)connect; on makes each round wait for its WAL
+//! flush); test hooks:
 //! FAIL_EVERY (every Nth push fails; 0 = never), FAIL_ONCE_PAYLOAD (the
 //! first push of a row with exactly this payload fails), REFUSE_PAYLOAD
 //! (the recipient refuses a row with exactly this payload), PUSH_DELAY_MS.
 //!
 //! Each successful push prints "recipient id" on stdout; the log goes to
-//! stderr.
+//! stderr (each connection's line names the session's synchronous_commit,
+//! as the server reports it; the last line counts the rounds of
+//! outbox_ack_claim).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::error::Error;
@@ -117,13 +139,18 @@ struct Settings {
     push_delay: Duration,
     fail_once_payload: Vec<u8>,
     refuse_payload: Vec<u8>,
+    synchronous_commit: String,
 }
 
 #[derive(Default)]
 struct Stats {
     pushes: u64,
     pushed: u64,
+    /// rows outbox_ack acked, plus the ids given to outbox_ack_claim, which
+    /// does not count them
     acked: u64,
+    /// outbox_ack_claim calls
+    rounds: u64,
     released: u64,
     failed: u64,
     rejected: u64,
@@ -371,10 +398,14 @@ async fn drain(
         }
         todo = next;
     }
-    Ok(())
+    // An outbox leaves todo once its round claimed nothing, and that round
+    // acked its pushed ids: left here only when stopping.
+    ack(client, stats, unacked).await
 }
 
-/// Claim one batch of an outbox, push, release, reject and ack.  True if
+/// One round of an outbox: ack the ids pushed from its last batch and
+/// claim the next, in one statement; push; release failures, reject
+/// refusals.  The ids pushed now are acked by the next round.  True if
 /// rows were claimed.
 async fn drain_batch(
     client: &Client,
@@ -384,13 +415,19 @@ async fn drain_batch(
     unacked: &mut Unacked,
     stop: &Stop,
 ) -> Result<bool> {
+    let ids = unacked.get(outbox).cloned().unwrap_or_default();
     let rows = client
         .query(
             "SELECT id, recipient, payload, delivery_attempts
-               FROM outbox_claim($1::integer, outbox => $2::text::regclass)",
-            &[&s.batch, outbox],
+               FROM outbox_ack_claim($1::bigint[], $2::integer,
+                                     outbox => $3::text::regclass)",
+            &[&ids, &s.batch, outbox],
         )
         .await?;
+    // committed (each statement is its own transaction): those are acked
+    stats.rounds += 1;
+    stats.acked += ids.len() as u64;
+    unacked.remove(outbox);
     if rows.is_empty() {
         return Ok(false);
     }
@@ -428,7 +465,6 @@ async fn drain_batch(
         }
     }
     release(client, outbox, stats, &unpushed).await?;
-    ack(client, stats, unacked).await?;
     Ok(true)
 }
 
@@ -461,13 +497,24 @@ async fn session(
             }
         }
     });
+    // Safe for at-least-once delivery (see the header): a claim or an ack
+    // lost in a crash only means the row is pushed again.  Set on every
+    // connection: a reconnect is a new session.
+    let synchronous_commit: String = client
+        .query_one(
+            "SELECT pg_catalog.set_config('synchronous_commit', $1, false)",
+            &[&s.synchronous_commit],
+        )
+        .await?
+        .get(0);
     let mut listening = BTreeSet::new();
     *served = outboxes(&client, s, served).await?;
     listen(&client, served, &mut listening).await?;
     stats.connects += 1;
     *backoff_ms = s.backoff_min_ms;
     log(&format!(
-        "connected, listening on {}, outbox {}{}",
+        "connected (synchronous_commit {}), listening on {}, outbox {}{}",
+        synchronous_commit,
         listening.iter().cloned().collect::<Vec<_>>().join(", "),
         s.outbox.as_deref().unwrap_or("(the extension's own)"),
         if s.all {
@@ -576,6 +623,10 @@ async fn main() {
         push_delay: Duration::from_millis(setting("PUSH_DELAY_MS", 0)),
         fail_once_payload: setting("FAIL_ONCE_PAYLOAD", String::new()).into_bytes(),
         refuse_payload: setting("REFUSE_PAYLOAD", String::new()).into_bytes(),
+        synchronous_commit: std::env::var("RELAY_SYNCHRONOUS_COMMIT")
+            .ok()
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| "off".to_string()),
     };
     let stop = Arc::new(Stop {
         requested: AtomicBool::new(false),
@@ -631,13 +682,14 @@ async fn main() {
         backoff_ms = (backoff_ms * 2).min(s.backoff_max_ms);
     }
     log(&format!(
-        "stopped: pushed {}, acked {}, released {}, failed {}, rejected {}, connects {}, reclaimed {}",
+        "stopped: pushed {}, acked {}, released {}, failed {}, rejected {}, connects {}, reclaimed {}, rounds {}",
         stats.pushed,
         stats.acked,
         stats.released,
         stats.failed,
         stats.rejected,
         stats.connects,
-        stats.reclaimed
+        stats.reclaimed,
+        stats.rounds
     ));
 }
