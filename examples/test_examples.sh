@@ -14,7 +14,9 @@
 #      says (adopt: the repair and outbox_attach in one transaction; its
 #      NOTICE on the 3 delivered rows checked); the relay role with the
 #      tenant relay GRANTs of docs/coming-from-cloacina.md and nothing
-#      else (relay_grants).  Everything below runs under
+#      else (relay_grants); a statement trigger on the tenant's table that
+#      notes each relay transaction's synchronous_commit and the rows it
+#      claimed and acked (observe_relays).  Everything below runs under
 #      PGOPTIONS='-c search_path=tenant_a,outbox,public': the relay with
 #      OUTBOX=delivery_outbox (the policy run, the cursor reader and the
 #      producer with OUTBOX=tenant_a.delivery_outbox), the checks reading
@@ -27,7 +29,9 @@
 #      off, reconnect and drain them without a notification;
 #   5. enqueue the last quarter in small transactions (woken by NOTIFY);
 #   6. wait until every row is acked (bounded), SIGTERM the relay: it must
-#      exit 0 promptly and leave no session behind;
+#      exit 0 promptly and leave no session behind; every transaction of
+#      the relay, in both its sessions, ran with synchronous_commit off, and
+#      some acked a batch and claimed the next (outbox_ack_claim);
 #   7. check the recipients' view (the relay's stdout, "recipient id" lines):
 #      every row pushed to its recipient at least once, nothing else; prints
 #      the at-least-once duplicate count;
@@ -39,7 +43,8 @@
 #      delivered); the failed one must be released (pending, not_before 1.5 s
 #      on, last_error), claimed again only once not_before has passed, and
 #      soon after it (the relay sleeps until outbox_next_due(), not WAIT_MS),
-#      then acked with two attempts;
+#      then acked with two attempts; that run's RELAY_SYNCHRONOUS_COMMIT=on
+#      holds for every transaction of it;
 #   9. run the producer example: the committed order and its outbox row
 #      exist, the rolled-back ones do not; the seed's rows: pending and
 #      re-addressed ones pushed and acked, delivered ones reclaimed by the
@@ -329,6 +334,7 @@ GRANT EXECUTE ON FUNCTION
     outbox.outbox_claim(integer, text, text, regclass),
     outbox.outbox_ack(bigint, text, regclass),
     outbox.outbox_ack(bigint[], text, regclass),
+    outbox.outbox_ack_claim(bigint[], integer, text, text, regclass),
     outbox.outbox_release(bigint[], interval, text, regclass),
     outbox.outbox_reject(bigint[], text, regclass),
     outbox.outbox_next_due(text, regclass),
@@ -345,6 +351,38 @@ GRANT USAGE ON SCHEMA $schema TO $ROLE;
 GRANT UPDATE, SELECT ON $schema.delivery_outbox TO $ROLE;
 SQL
     done
+}
+
+# observe_relays SCHEMA: the relays' transactions as the server sees them,
+# in public.relay_xacts (a test fixture, not part of the seed's DDL): for
+# each statement that changes rows of SCHEMA.delivery_outbox, the session's
+# application_name, backend pid and synchronous_commit, its transaction, and
+# the rows it claimed (pending -> delivered) and acked (-> acked).  A
+# statement-level trigger with transition tables, run as its owner (the
+# relay role may not write the table).
+observe_relays()
+{
+    cat <<SQL
+CREATE TABLE public.relay_xacts (
+    app text, pid integer, xid xid8, synchronous_commit text,
+    claimed bigint, acked bigint);
+CREATE FUNCTION public.relay_xacts_note() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS \$f\$
+BEGIN
+    INSERT INTO public.relay_xacts
+    SELECT current_setting('application_name'), pg_backend_pid(), pg_current_xact_id(),
+           current_setting('synchronous_commit'),
+           count(*) FILTER (WHERE o.delivery_state = 'pending' AND n.delivery_state = 'delivered'),
+           count(*) FILTER (WHERE o.delivery_state <> 'acked' AND n.delivery_state = 'acked')
+      FROM old_rows o JOIN new_rows n USING (id)
+    HAVING count(*) > 0;
+    RETURN NULL;
+END
+\$f\$;
+CREATE TRIGGER relay_xacts AFTER UPDATE ON $1.delivery_outbox
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION public.relay_xacts_note();
+SQL
 }
 
 # make_role: the relay role, once per cluster
@@ -382,6 +420,7 @@ setup_db()
         adopt tenant_a
         make_role
         relay_grants tenant_a
+        observe_relays tenant_a
     } | PGOPTIONS= psql -X -q -v ON_ERROR_STOP=1 -d "$db" 2>&1
 }
 
@@ -421,6 +460,7 @@ run_policy()
     local ok_id refuse_id flaky_id got nb lag
 
     env PGDATABASE="$db" PGUSER="$ROLE" PGAPPNAME="$app" OUTBOX="$RUN_OUTBOX" \
+        RELAY_SYNCHRONOUS_COMMIT=on \
         BATCH=10 WAIT_MS=30000 SWEEP_EVERY=0 RETRY_AFTER_MS=$retry_ms \
         REFUSE_PAYLOAD="$refuse_payload" FAIL_ONCE_PAYLOAD="$flaky_payload" \
         BACKOFF_MIN_MS=100 BACKOFF_MAX_MS=800 \
@@ -513,6 +553,9 @@ run_policy()
         nok "$lang: the relay logged the refusal and the failure and stopped cleanly (exit status $STOP_RC)"
         show "$err"
     fi
+    # RELAY_SYNCHRONOUS_COMMIT=on: the relay's transactions wait for their
+    # flush again
+    check_xacts "$lang" "$db" "$app" on "$err"
 }
 
 # sess_open DB FILE: a psql session of its own, fed through a FIFO, its
@@ -726,6 +769,41 @@ check_seed()
     fi
 }
 
+# check_xacts LANG DB APP SETTING LOG: the transactions of the relay run as
+# APP, as relay_xacts (observe_relays) saw them: every one committed with
+# synchronous_commit SETTING, in every session the relay had (for off: at
+# least two, the one terminated and the one after the reconnect); for off
+# (the main run, where the first drain claims many batches), some acked the
+# last batch and claimed the next (outbox_ack_claim), which no relay that
+# claims and acks in separate transactions does
+check_xacts()
+{
+    local lang=$1 db=$2 app=$3 want=$4 log=$5 n_xacts n_want n_pids n_both n_claims
+    IFS='|' read -r n_xacts n_want n_pids n_both n_claims < <(q "$db" "SELECT count(*),
+            count(*) FILTER (WHERE settings = '$want'),
+            (SELECT count(DISTINCT pid) FROM relay_xacts WHERE app = '$app'),
+            count(*) FILTER (WHERE claimed > 0 AND acked > 0),
+            count(*) FILTER (WHERE claimed > 0)
+          FROM (SELECT xid, string_agg(DISTINCT synchronous_commit, ',') AS settings,
+                       sum(claimed) AS claimed, sum(acked) AS acked
+                  FROM relay_xacts WHERE app = '$app' GROUP BY xid) x")
+    if [ "${n_xacts:-0}" -gt 0 ] && [ "$n_want" = "$n_xacts" ] &&
+        { [ "$want" != off ] || [ "$n_pids" -ge 2 ]; }; then
+        ok "$lang: the relay's $n_xacts transactions that changed rows, in its $n_pids sessions, all committed with synchronous_commit $want (as the server saw them)"
+    else
+        nok "$lang: the relay's transactions all ran with synchronous_commit $want (${n_want:-?} of ${n_xacts:-?}, $n_pids sessions)"
+        q "$db" "SELECT pid, synchronous_commit, count(*) FROM relay_xacts WHERE app = '$app' GROUP BY 1, 2" | sed 's/^/# /'
+        show "$log"
+    fi
+    [ "$want" = off ] || return 0
+    if [ "${n_both:-0}" -gt 0 ]; then
+        ok "$lang: $n_both of the relay's $n_claims claiming transactions acked the batch before in the same transaction (outbox_ack_claim; $(grep -o 'rounds [0-9]*' "$log" | tail -n 1) logged)"
+    else
+        nok "$lang: the relay acks a batch and claims the next in one transaction (${n_both:-?} of ${n_claims:-?} claiming transactions also acked)"
+        show "$log"
+    fi
+}
+
 # check_default LANG DB FILE...: the extension's own outbox still holds its
 # three default:untouched rows, pending and never claimed, and no relay
 # output (FILE...) names them
@@ -890,6 +968,7 @@ SQL
         nok "$lang: SIGTERM stops the relay cleanly (exit status $STOP_RC)"
         show "$err"
     fi
+    check_xacts "$lang" "$db" "$app" off "$err"
 
     # The recipients' view: every row, to its recipient, at least once.
     q "$db" "SELECT recipient || ' ' || id FROM delivery_outbox WHERE $agents ORDER BY 1" >"$dir/expected.txt"
@@ -924,7 +1003,7 @@ SQL
     check_seed "$lang" "$db" "$out" seed:
 
     # -- the delivery policy: refused and failed pushes ------------------
-    run_policy "$lang" "$db" "$app"
+    run_policy "$lang" "$db" "$app-policy"
 
     # -- the producer -----------------------------------------------------
     producer_cmd "$lang"
