@@ -17,6 +17,9 @@
 #   E3-off  the same with notify = off (the insert path alone)
 #   E3-sql  E3 with delivery_outbox.direct_insert = off (its INSERT through
 #           SPI), to show what the direct insert saves
+#   D1-D3   a relay's side, per delivered row: claim + ack in two
+#           transactions, outbox_ack_claim in one, and outbox_ack_claim on
+#           an outbox with retain_acked '0' (see relay_script below)
 #
 # In single-user mode nobody listens and no commit waits for a lock, so this
 # is the producer's own CPU cost: what the enqueue path costs, not what
@@ -62,17 +65,55 @@ script()
     chown "$OUTBOX_RUN_USER:" "$f" 2>/dev/null || true
 }
 
+# relay_script W N: a relay's N rounds of DELIVER_BATCH rows each over an
+# outbox filled with the same rows for every N (so that the fill cancels
+# out), the ids of each round known in advance (a claim takes the lowest):
+#   D1  outbox_claim, then outbox_ack(ids) in a transaction of its own
+#       (1.2's relay loop: two transactions a round)
+#   D2  outbox_ack_claim(previous ids): one transaction a round
+#   D3  D2 on an outbox whose retain_acked is '0' (the ack deletes)
+# Each line of a single-user script is a transaction of its own.
+DELIVER_BATCH=10
+DELIVER_FILL=$((1510 * DELIVER_BATCH))
+relay_script()
+{
+    local f=$OUTBOX_WORK/$1.$2.sql i prev ids retain="-1 second"
+    [ "$1" = D3 ] && retain=0
+    {
+        echo "SET delivery_outbox.notify = off;"
+        echo "TRUNCATE delivery_outbox;"
+        echo "ALTER SEQUENCE delivery_outbox_id_seq RESTART;"
+        echo "SELECT outbox_configure('delivery_outbox', retain_acked => '$retain');"
+        echo "SELECT count(*) FROM outbox_enqueue_batch(array_fill('agent:1'::text, '{$DELIVER_FILL}'), array_fill('work'::text, '{$DELIVER_FILL}'), array_fill('\\x00'::bytea, '{$DELIVER_FILL}'));"
+        prev="{}"
+        for ((i = 0; i < $2; i++)); do
+            ids="{$(seq -s, $((i * DELIVER_BATCH + 1)) $(((i + 1) * DELIVER_BATCH)))}"
+            if [ "$1" = D1 ]; then
+                echo "SELECT count(*) FROM outbox_claim($DELIVER_BATCH);"
+                echo "SELECT outbox_ack('$ids'::bigint[]);"
+            else
+                echo "SELECT count(*) FROM outbox_ack_claim('$prev', $DELIVER_BATCH);"
+            fi
+            prev=$ids
+        done
+    } >"$f"
+    chown "$OUTBOX_RUN_USER:" "$f" 2>/dev/null || true
+}
+
 # The statements of bench/run.sh's pgbench scripts, prepared.
 E1=$(bench_statement e1_insert.sql)
 E2=$(bench_statement e2_insert_notify.sql)
 E3=$(bench_statement e3_enqueue.sql)
-WORKLOADS="E1 E2 E3 E3-off E3-sql"
+WORKLOADS="E1 E2 E3 E3-off E3-sql D1 D2 D3"
 for n in 500 1500; do
     script E1 "PREPARE q(int) AS $E1;" "EXECUTE q(%d);" $n
     script E2 "PREPARE q(int) AS $E2;" "EXECUTE q(%d);" $n
     script E3 "SET delivery_outbox.notify = commit; PREPARE q(int) AS $E3;" "EXECUTE q(%d);" $n
     script E3-off "SET delivery_outbox.notify = off; PREPARE q(int) AS $E3;" "EXECUTE q(%d);" $n
     script E3-sql "SET delivery_outbox.notify = commit; SET delivery_outbox.direct_insert = off; PREPARE q(int) AS $E3;" "EXECUTE q(%d);" $n
+    relay_script D1 $n
+    relay_script D2 $n
+    relay_script D3 $n
 done
 
 # count W N: total instructions of a single-user backend running W's N lines
@@ -98,7 +139,7 @@ for w in $WORKLOADS; do
 done
 
 echo
-echo "delivery_outbox instructions per single-row enqueue: $("$PG_CONFIG" --version), extension $(sed -n "s/^default_version = '\(.*\)'/\1/p" "$OUTBOX_SRC/delivery_outbox.control")"
+echo "delivery_outbox instructions per single-row enqueue, and per delivered row (D: a relay's rounds of $DELIVER_BATCH): $("$PG_CONFIG" --version), extension $(sed -n "s/^default_version = '\(.*\)'/\1/p" "$OUTBOX_SRC/delivery_outbox.control")"
 echo "command: bench/instructions.sh  (postgres --single under callgrind; (Ir at 1500 - Ir at 500) / 1000)"
 printf '%-44s %14s %8s\n' "workload" "instructions" "vs E1"
 for w in $WORKLOADS; do
@@ -108,6 +149,12 @@ for w in $WORKLOADS; do
         E3) what="E3 outbox_enqueue, notify=commit" ;;
         E3-off) what="E3 outbox_enqueue, notify=off" ;;
         E3-sql) what="E3 outbox_enqueue, direct_insert=off" ;;
+        D1) what="D1 claim + ack, two transactions (per row)" ;;
+        D2) what="D2 outbox_ack_claim, one (per row)" ;;
+        D3) what="D3 D2 with retain_acked 0 (per row)" ;;
+    esac
+    case $w in
+        D*) PER[$w]=$((PER[$w] / DELIVER_BATCH)) ;;
     esac
     printf '%-44s %14d %8.2f\n' "$what" "${PER[$w]}" \
         "$(awk -v a="${PER[$w]}" -v b="${PER[E1]}" 'BEGIN { printf "%.4f", a / b }')"
