@@ -14,6 +14,14 @@
 #       ROUNDS rounds ABBA, autovacuum off for the part.  Rows/s = claims/s
 #       x rows acked / claims.  Target: partitioned/unpartitioned >= 0.8,
 #       paired within each round, median over the rounds.
+#   R3  the same with small partitions and small claims: claim R3_CLAIM
+#       + ack of the claimed ids in one transaction (a script of
+#       bench/o1_claim_ack.sql's shape, written to the run's directory),
+#       R3_CLIENTS clients, R3_CLAIMS claims per run, R3_ROWS pending rows
+#       on t.q_plain and t.q_part3 (partition_rows R3_PARTITION_ROWS),
+#       loaded as for R2; ROUNDS rounds ABBA, paired ratio, target >= 0.8.
+#       A claim there opens the scans of every partition: those its rows
+#       are in, the ones drained before them and the two made ahead.
 #   R1  the churn: two outboxes side by side, at the same time, each with
 #       its own producers and relays: t.c_part (partition_rows
 #       PARTITION_ROWS) and t.c_plain (not partitioned, purged by the
@@ -48,14 +56,16 @@
 #
 # The bench reports; it exits 0 whatever the numbers say.  The summary is
 # also written to bench/out/partitions-DATE.txt.  About 14 minutes on 2
-# cores (R2 about 3, R1 R1_ROWS / R1_RATE s plus 30 s).
+# cores (R2 about 3, R3 about 3, R1 R1_ROWS / R1_RATE s plus 30 s).
 #
 # Usage (as root, like run.sh):  bench/partitions.sh
 # PGBIN=DIR (or PG_CONFIG=DIR/pg_config): the PostgreSQL installation to
 # build against, install into and run (default: PG_CONFIG of
 # scripts/common.sh, /usr/lib/postgresql/15/bin/pg_config).
-# Knobs: BENCH_PARTS ("R2 R1"), ROUNDS (4), R2_ROWS (1000000),
+# Knobs: BENCH_PARTS ("R2 R3 R1"), ROUNDS (4), R2_ROWS (1000000),
 # R2_PARTITION_ROWS (250000), R2_CLIENTS (2), R2_CLAIMS (2000),
+# R3_ROWS (300000), R3_PARTITION_ROWS (50000), R3_CLIENTS (4),
+# R3_CLAIMS (12000), R3_CLAIM (10),
 # R1_ROWS (1000000), R1_RATE (2000), R1_PRODUCERS (4), R1_RELAYS (2),
 # PARTITION_ROWS (100000), RETAIN ('10 seconds'), SWEEP_INTERVAL ('1s'),
 # R1_SYNC (off), R1_SAMPLE (10), R1_PRINT_EVERY (60), R1_PROBE_FIRST (30),
@@ -71,12 +81,17 @@ OUTBOX_QUIET=1
 # shellcheck source=bench/common.sh
 . "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/common.sh"
 
-BENCH_PARTS=${BENCH_PARTS:-R2 R1}
+BENCH_PARTS=${BENCH_PARTS:-R2 R3 R1}
 ROUNDS=${ROUNDS:-4}
 R2_ROWS=${R2_ROWS:-1000000}
 R2_PARTITION_ROWS=${R2_PARTITION_ROWS:-250000}
 R2_CLIENTS=${R2_CLIENTS:-2}
 R2_CLAIMS=${R2_CLAIMS:-2000}
+R3_ROWS=${R3_ROWS:-300000}
+R3_PARTITION_ROWS=${R3_PARTITION_ROWS:-50000}
+R3_CLIENTS=${R3_CLIENTS:-4}
+R3_CLAIMS=${R3_CLAIMS:-12000}
+R3_CLAIM=${R3_CLAIM:-10}
 R1_ROWS=${R1_ROWS:-1000000}
 R1_RATE=${R1_RATE:-2000}
 R1_PRODUCERS=${R1_PRODUCERS:-4}
@@ -147,32 +162,37 @@ done
 [ -n "$SWEEPER" ] || warn "no delivery_outbox worker serves the database parts"
 sql "CREATE EXTENSION delivery_outbox; CREATE SCHEMA t;
      SELECT outbox_create('t', 'q_plain'), outbox_create('t', 'q_part', partition_rows => $R2_PARTITION_ROWS),
+            outbox_create('t', 'q_part3', partition_rows => $R3_PARTITION_ROWS),
             outbox_create('t', 'c_plain'), outbox_create('t', 'c_part', partition_rows => $PARTITION_ROWS);
      SELECT outbox_configure(o, retain_acked => '$RETAIN')
        FROM unnest(ARRAY['t.c_part', 't.c_plain']::regclass[]) o" >/dev/null
 
 # --- R2: claim + ack, partitioned vs not -----------------------------------
 
-# load_r2 TABLE: R2_ROWS pending rows from id 1, in batches that never
-# outrun the partitions made ahead
+# load_r2 TABLE [ROWS PARTITION_ROWS]: ROWS (R2_ROWS) pending rows from id 1,
+# in batches that never outrun the partitions made ahead
 load_r2()
 {
-    local chunk=$((R2_PARTITION_ROWS < 50000 ? R2_PARTITION_ROWS : 50000)) lo
+    local rows=${2:-$R2_ROWS} prows=${3:-$R2_PARTITION_ROWS}
+    local chunk=$((prows < 50000 ? prows : 50000)) lo
     sql "TRUNCATE $1 RESTART IDENTITY" >/dev/null
-    for ((lo = 1; lo <= R2_ROWS; lo += chunk)); do
-        local hi=$((lo + chunk - 1 < R2_ROWS ? lo + chunk - 1 : R2_ROWS))
+    for ((lo = 1; lo <= rows; lo += chunk)); do
+        local hi=$((lo + chunk - 1 < rows ? lo + chunk - 1 : rows))
         sql "$LOADOPTS SELECT count(*) FROM $(batch_arrays "$lo" "$hi" 100 work),
                     outbox_enqueue_batch(a.r, a.k, a.p, outbox => '$1')" >/dev/null
     done
     sql "VACUUM ANALYZE $1" >/dev/null
 }
 
-# run_r2 TABLE TAG: one run; prints "rows/s rows_per_claim claims/s"
+# run_r2 TABLE TAG [CLIENTS CLAIMS SCRIPT]: one run (R2's by default);
+# prints "rows/s rows_per_claim claims/s"
 run_r2()
 {
-    local tbl=$1 out=$RAW/pgbench.$2 per=$((R2_CLAIMS / R2_CLIENTS))
-    as_user pgbench -n -M prepared -c "$R2_CLIENTS" -j "$R2_CLIENTS" -t "$per" -D tbl="$tbl" \
-        -f "$OUTBOX_SRC/bench/o1_claim_ack.sql" parts >"$out" 2>&1 ||
+    local tbl=$1 out=$RAW/pgbench.$2 clients=${3:-$R2_CLIENTS} claims=${4:-$R2_CLAIMS}
+    local script=${5:-$OUTBOX_SRC/bench/o1_claim_ack.sql}
+    local per=$((claims / clients))
+    as_user pgbench -n -M prepared -c "$clients" -j "$clients" -t "$per" -D tbl="$tbl" \
+        -f "$script" parts >"$out" 2>&1 ||
         die "pgbench failed on $tbl (see $out): $(grep -m1 -i error "$out")"
     local tps rows left
     tps=$(awk '/^tps = / { print $3; exit }' "$out")
@@ -180,7 +200,7 @@ run_r2()
                                               count(*) FILTER (WHERE delivery_state = 'delivered')
                                          FROM $tbl")
     [ "$left" = 0 ] || warn "$tbl: $left rows left delivered after a run"
-    awk -v tps="$tps" -v rows="$rows" -v n=$((per * R2_CLIENTS)) \
+    awk -v tps="$tps" -v rows="$rows" -v n=$((per * clients)) \
         'BEGIN { printf "%.0f %.1f %.1f\n", tps * rows / n, rows / n, tps }'
 }
 
@@ -198,6 +218,31 @@ if want R2; then
         done
     done
     sql "TRUNCATE t.q_plain, t.q_part" >/dev/null
+    as_user psql -X -q -d parts -c "ALTER SYSTEM RESET autovacuum" -c "SELECT pg_reload_conf()" >/dev/null
+fi
+
+# --- R3: the same with small partitions and small claims --------------------
+
+if want R3; then
+    R3_SCRIPT=$RAW/r3_claim_ack.sql
+    printf '%s\n' "BEGIN;" \
+        "SELECT coalesce(pg_catalog.array_agg(id), '{}') AS ids" \
+        "  FROM outbox_claim($R3_CLAIM, outbox => :tbl::regclass) \\gset" \
+        "SELECT outbox_ack(:ids::bigint[], outbox => :tbl::regclass);" \
+        "END;" >"$R3_SCRIPT"
+    chmod a+r "$R3_SCRIPT"
+    as_user psql -X -q -d parts -c "ALTER SYSTEM SET autovacuum = off" -c "SELECT pg_reload_conf()" >/dev/null
+    for r in $(seq 1 "$ROUNDS"); do
+        order="q_plain q_part3"
+        [ $((r % 2)) = 0 ] && order="q_part3 q_plain"
+        for w in $order; do
+            load_r2 "t.$w" "$R3_ROWS" "$R3_PARTITION_ROWS"
+            read -r rps per tps < <(run_r2 "t.$w" "r3.$w.r$r" "$R3_CLIENTS" "$R3_CLAIMS" "$R3_SCRIPT")
+            log "R3 round $r: t.$w $rps rows/s ($per rows/claim, $tps claims/s)"
+            echo "$r $w $rps $per $tps" >>"$RAW/r3"
+        done
+    done
+    sql "TRUNCATE t.q_plain, t.q_part3" >/dev/null
     as_user psql -X -q -d parts -c "ALTER SYSTEM RESET autovacuum" -c "SELECT pg_reload_conf()" >/dev/null
 fi
 
@@ -343,23 +388,37 @@ MED='function med(a, n,   i, j, v, s) {
          for (i = 2; i <= n; i++) { v = s[i]; for (j = i - 1; j >= 1 && s[j] > v; j--) s[j + 1] = s[j]; s[j + 1] = v }
          return (n % 2) ? s[(n + 1) / 2] : (s[n / 2] + s[n / 2 + 1]) / 2 }'
 
-if want R2 && [ -s "$RAW/r2" ]; then
-    say "R2: claim 100 + ack in one transaction, $R2_CLIENTS clients, $R2_CLAIMS claims per run, $ROUNDS rounds ABBA; t.q_plain and t.q_part (partition_rows $R2_PARTITION_ROWS): $R2_ROWS pending rows over 100 recipients, reloaded before each run"
-    awk "$MED"'
+# claim_report FILE PART: a claim + ack cell (R2, R3) of t.q_plain and
+# t.PART, its medians to the summary and "ratio median lo hi" to FILE.report
+claim_report()
+{
+    awk -v part="$2" "$MED"'
         { rps[$1, $2] = $3; per[$1, $2] = $4; n = ($1 > n) ? $1 : n }
         END {
             for (w = 1; w <= 2; w++) {
-                name = (w == 1) ? "q_plain" : "q_part"; line = ""
+                name = (w == 1) ? "q_plain" : part; line = ""
                 for (r = 1; r <= n; r++) { v[r] = rps[r, name]; pc[r] = per[r, name]; line = line " " rps[r, name] }
                 printf "  t.%-8s median %6.0f rows/s, %.1f rows/claim (rounds:%s)\n", name, med(v, n), med(pc, n), line
             }
             lo = 1e9; hi = 0
-            for (r = 1; r <= n; r++) { q[r] = rps[r, "q_part"] / rps[r, "q_plain"]; lo = (q[r] < lo) ? q[r] : lo; hi = (q[r] > hi) ? q[r] : hi }
+            for (r = 1; r <= n; r++) { q[r] = rps[r, part] / rps[r, "q_plain"]; lo = (q[r] < lo) ? q[r] : lo; hi = (q[r] > hi) ? q[r] : hi }
             printf "ratio %.4f %.2f %.2f\n", med(q, n), lo, hi
-        }' "$RAW/r2" >"$RAW/r2.report"
-    grep -v '^ratio ' "$RAW/r2.report" | tee -a "$SUMMARY"
+        }' "$1" >"$1.report"
+    grep -v '^ratio ' "$1.report" | tee -a "$SUMMARY"
+}
+
+if want R2 && [ -s "$RAW/r2" ]; then
+    say "R2: claim 100 + ack in one transaction, $R2_CLIENTS clients, $R2_CLAIMS claims per run, $ROUNDS rounds ABBA; t.q_plain and t.q_part (partition_rows $R2_PARTITION_ROWS): $R2_ROWS pending rows over 100 recipients, reloaded before each run"
+    claim_report "$RAW/r2" q_part
     read -r _ q lo hi < <(grep '^ratio ' "$RAW/r2.report")
     verdict "R2 partitioned/unpartitioned claim+ack rows/s, $R2_CLIENTS clients" "$q" ">=" 0.8 "(rounds $lo-$hi)"
+fi
+
+if want R3 && [ -s "$RAW/r3" ]; then
+    say "R3: claim $R3_CLAIM + ack in one transaction, $R3_CLIENTS clients, $R3_CLAIMS claims per run, $ROUNDS rounds ABBA; t.q_plain and t.q_part3 (partition_rows $R3_PARTITION_ROWS): $R3_ROWS pending rows over 100 recipients, reloaded before each run"
+    claim_report "$RAW/r3" q_part3
+    read -r _ q lo hi < <(grep '^ratio ' "$RAW/r3.report")
+    verdict "R3 partitioned/unpartitioned claim+ack rows/s, $R3_CLIENTS clients" "$q" ">=" 0.8 "(rounds $lo-$hi)"
 fi
 
 if want R1 && [ -s "$RAW/samples" ]; then
