@@ -31,6 +31,10 @@
 #   (immediate) in its COMMIT after the workers prepared but before its
 #   commit record (held on PostgreSQL's notify lock) and after it: neither,
 #   and both, once recovered;
+# - the gap: a transaction writing on one worker only is committed there in
+#   one phase, in Citus's pre-commit, before the coordinator's commit
+#   record; the coordinator stopped in between keeps the order and loses
+#   its outbox row (pinned, so that a Citus that changes it shows);
 # - delivery_outbox.notify = deferred: one NOTIFY per committed enqueue,
 #   from the worker, none for an aborted one;
 # - direct_insert on and off (with Citus's planner and executor hooks the
@@ -421,7 +425,7 @@ is(scalar(heard_until_sentinel($relay)), 2, '... two NOTIFYs');
 $coord->safe_psql('postgres', 'CREATE TABLE holder (n int)');
 sub coordinator_killed_in_commit
 {
-	my ($before_record) = @_;
+	my ($before_record, @tenants) = @_;
 	my $holder;
 	if ($before_record)
 	{
@@ -439,7 +443,7 @@ sub coordinator_killed_in_commit
 		$producer->query_safe('SET synchronous_commit = on');
 	}
 	$producer->query_until(qr/committing\n/,
-		"BEGIN;\n" . produce_sql($t1, $t2) . "\n\\echo committing\nCOMMIT;\n");
+		"BEGIN;\n" . produce_sql(@tenants) . "\n\\echo committing\nCOMMIT;\n");
 	my $waits = $before_record ? 'Lock' : 'SyncRep';
 	$coord->poll_query_until('postgres',
 		"SELECT wait_event_type = '$waits' OR wait_event = '$waits' FROM pg_stat_activity WHERE pid = $producer_pid"
@@ -467,7 +471,7 @@ for my $before (1, 0)
 	my $expect = $before ? 0 : 2;
 	$outbox_before = outbox_count("recipient = 'billing'");
 	$orders_before = orders_count();
-	is(coordinator_killed_in_commit($before), '11',
+	is(coordinator_killed_in_commit($before, $t1, $t2), '11',
 		"$label: both workers had prepared");
 	is(outbox_count("recipient = 'billing'"),
 		$outbox_before + $expect, "... $expect outbox rows after the restart");
@@ -478,6 +482,23 @@ for my $before (1, 0)
 		  + $w2->safe_psql('postgres', 'SELECT count(*) FROM pg_prepared_xacts'),
 		0, '... nothing left prepared');
 }
+
+# A transaction that writes on one worker only is not committed in two
+# phases: Citus sends that worker its COMMIT in its pre-commit callback,
+# before PostgreSQL's notify lock and the coordinator's commit record.  The
+# coordinator stopped in between loses the outbox row of an order that
+# stays: the one gap of Level 1, pinned here (docs/scale-out.md).
+$outbox_before = outbox_count("recipient = 'billing'");
+$orders_before = orders_count();
+is(coordinator_killed_in_commit(1, $t1), '00',
+	'one worker, coordinator stopped in COMMIT before its commit record: nothing prepared'
+);
+is(outbox_count("recipient = 'billing'"),
+	$outbox_before, '... no outbox row after the restart');
+is($coord->safe_psql('postgres', 'SELECT recover_prepared_transactions()'),
+	0, '... nothing to recover');
+is(orders_count(), $orders_before + 1,
+	'... but the order committed on the worker (one-phase commit: the known gap)');
 
 ###########################################################################
 # deferred wake-ups: from the worker, at commit, none for an abort
