@@ -321,8 +321,7 @@ is_deeply([ heard_until_sentinel($relay) ],
 	'one NOTIFY per enqueue, its id, from the producer');
 
 my $outbox_before = outbox_count("recipient = 'billing'");
-my ($o, $failed) =
-  $producer->query("BEGIN;\n" . produce_sql($t1, "$t2:-1") . "\nCOMMIT;");
+$producer->query("BEGIN;\n" . produce_sql($t1, "$t2:-1") . "\nCOMMIT;");
 like($producer->{stderr}, qr/violates check constraint "orders_amount_check/,
 	'a CHECK violation in a worker shard fails the transaction');
 $producer->{stderr} = '';
