@@ -89,8 +89,10 @@ function makeApp(opts) {
     next();
   });
   app.use('/static', express.static(path.join(__dirname, '..', 'public'), { maxAge: '1h' }));
-  app.get('/static/chart.umd.min.js', (req, res) =>
-    res.sendFile(require.resolve('chart.js/dist/chart.umd.min.js')));
+  /* Chart.js from node_modules (its package "exports" hide dist/ from require.resolve) */
+  const chartJs = path.join(__dirname, '..', 'node_modules', 'chart.js', 'dist', 'chart.umd.min.js');
+  app.get('/static/chart.umd.min.js', (req, res) => res.sendFile(chartJs, { maxAge: '1h' }));
+  app.get('/favicon.ico', (req, res) => res.status(204).end());
   app.use(express.urlencoded({ extended: false, limit: '200kb' }));
   app.use(sec.session);
   app.post('/login', sec.login);
@@ -310,7 +312,7 @@ function makeApp(opts) {
   app.use((err, req, res, next) => { // eslint-disable-line no-unused-vars
     console.error('console:', err.message);
     res.status(500);
-    res.render('message', { title: 'Error', text: err.message, pgerror: pgError(err) });
+    res.render('message', { title: 'Error', text: err.message, pgerror: err.severity ? pgError(err) : null });
   });
 
   return app;
