@@ -129,12 +129,12 @@ function makeApp(opts) {
     const list = await tryRun(pool, Q.outboxes(ext));
     const act = await tryRun(pool, Q.activity(ext));
     const byOid = new Map((act.rows || []).map((r) => [String(r.oid), r]));
-    const items = [];
-    for (const o of list.rows || []) {
+    /* outbox_stats() reads its whole outbox: the outboxes side by side, over the pool */
+    const items = await Promise.all((list.rows || []).map(async (o) => {
       const st = await tryRun(pool, Q.stats(ext, o.oid));
-      items.push({ ...o, stats: st.rows ? st.rows[0] : null, statsError: st.error || null,
-        activity: byOid.get(String(o.oid)) || null });
-    }
+      return { ...o, stats: st.rows ? st.rows[0] : null, statsError: st.error || null,
+        activity: byOid.get(String(o.oid)) || null };
+    }));
     res.render('overview', { title: 'Outboxes', listError: list.error || null,
       activityError: act.error || null, items, elapsedMs: () => elapsed(res) });
   });

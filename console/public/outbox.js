@@ -16,7 +16,7 @@
     parsing: false,
     spanGaps: true,
     scales: {
-      x: { type: 'linear', min: -60, max: 0, title: { display: true, text: 'minutes ago' } },
+      x: { type: 'linear', min: -5, max: 0, title: { display: true, text: 'minutes ago' } },
       y: { beginAtZero: true },
     },
     plugins: { legend: { position: 'bottom', labels: { boxWidth: 12 } } },
@@ -52,6 +52,11 @@
       rates.data.datasets[0].data = pts('enqueued_per_s');
       rates.data.datasets[1].data = pts('acked_per_s');
       rates.data.datasets[2].data = pts('dead_per_s');
+      /* the axis spans what the console has sampled: 5 minutes at least, the hour at most */
+      const oldest = d.points.length ? minutesAgo(d.points[0].t, now) : -5;
+      const min = Math.max(-60, Math.min(-5, Math.floor(oldest)));
+      backlog.options.scales.x.min = min;
+      rates.options.scales.x.min = min;
       backlog.update();
       rates.update();
       box.dataset.points = String(d.points.length);
