@@ -9,8 +9,9 @@
 # outboxes of test/fixture.sql and test/big.sql at that size, the console
 # on 127.0.0.1 as console_operator.  Prints, for BENCH_RUNS (default 7)
 # GETs of the overview after one warm-up, each wall time (curl) and the
-# console's own figure, the median, and outbox_stats() of the big outbox
-# alone (psql), which bounds the overview from below; and the load average.
+# console's own figure, the median; three GETs of the big outbox's page
+# and of a filtered page of its dead letters; outbox_stats() of the big
+# outbox alone (psql), which bounds the overview from below; the load.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
@@ -57,6 +58,15 @@ for i in $(seq 1 "$runs"); do
 done
 median=$(printf '%s\n' "${times[@]}" | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
 echo "median overview: ${median} ms over $runs runs ($rows rows, $dead dead letters)"
+# the big outbox's own page (outbox_stats again, then bounded reads) and a filtered dead-letter page
+oid=$(psql -d console_bench -At -c "SELECT 'big.delivery_outbox'::regclass::oid")
+for page in "/o/$oid" "/o/$oid/dead?recipient=agent:7&error=503"; do
+    t=()
+    for i in 1 2 3; do
+        t+=("$(curl -sf -o /dev/null -w '%{time_total}' "$url$page" | awk '{ printf "%.0f", $1 * 1000 }')")
+    done
+    echo "$page: ${t[*]} ms"
+done
 stats=$(psql -d console_bench -At -c '\timing on' \
     -c "SELECT pending, delivered, acked, dead FROM outbox.outbox_stats('big.delivery_outbox')" | tr '\n' ' ')
 echo "outbox_stats('big.delivery_outbox') alone (pending|delivered|acked|dead): $stats"
