@@ -246,7 +246,7 @@ outbox_copy_tree()
         --exclude=./tmp_check_iso --exclude=./log --exclude=./regression.diffs \
         --exclude=./regression.out --exclude=./dist \
         --exclude=./examples/node/node_modules --exclude=./examples/c/relay \
-        --exclude=./examples/c/producer . |
+        --exclude=./examples/c/producer --exclude=./console/node_modules . |
         tar -C "$OUTBOX_SRC" -xf - ||
         die "copying $OUTBOX_TOP to $OUTBOX_SRC failed"
     if is_root; then

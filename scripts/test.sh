@@ -28,6 +28,8 @@
 #   examples    examples/test_examples.sh: the Python, Node.js and C relays
 #               and producers against the cluster (own databases), and the
 #               postgres_exporter queries
+#   console     console/test.sh: the operator's console in chromium
+#               (OUTBOX_CONSOLE_TEST=0 skips it)
 #   citus       t/026_citus.pl on a coordinator and two workers, under a
 #               copy of the installation with Citus (scripts/citus.sh
 #               builds it once from the vendored tarball, 6-7.5 min, then
@@ -413,6 +415,25 @@ if [ -f "$OUTBOX_SRC/examples/test_examples.sh" ]; then
     record_tap examples examples
 else
     log "suite: examples: no examples/test_examples.sh, skipped"
+fi
+
+# --- console ---------------------------------------------------------------
+# console/test.sh: the operator's console (docs/console.md) in Debian's
+# chromium driven by playwright-core, against a scratch cluster of its own,
+# and EXPLAIN of every statement its pages issue (no Seq Scan on an outbox
+# or its dead letters); it installs chromium and the console's npm
+# packages itself, and skips the browser part only when chromium cannot be
+# installed.  Screenshots go to $OUTBOX_WORK/console-shots.
+# OUTBOX_CONSOLE_TEST=0 skips it.
+if [ "${OUTBOX_CONSOLE_TEST:-1}" = 0 ]; then
+    log "suite: console: skipped (OUTBOX_CONSOLE_TEST=0)"
+elif [ -f "$OUTBOX_SRC/console/test.sh" ]; then
+    log "suite: console (chromium, playwright-core)"
+    env PG_CONFIG="$PG_CONFIG" CONSOLE_TEST_OUT="$OUTBOX_WORK/console-shots" \
+        bash "$OUTBOX_SRC/console/test.sh" 2>&1 |
+        tee "$OUTBOX_WORK/console.out"
+    SUITE_RC=${PIPESTATUS[0]}
+    record_tap console console
 fi
 
 # --- Citus -----------------------------------------------------------------
