@@ -24,7 +24,7 @@
  *		notifications (the producers in notify = commit mode, the background
  *		worker in deferred mode).  TABLE and IDCOL are trusted (run.sh's own).
  *
- * relay relay CHANNEL
+ * relay relay CHANNEL [ackclaim] [async]
  *		The relay loop of README.md: LISTEN first, then drain
  *		(outbox_claim(100) in one transaction, outbox_ack(ids) in the next,
  *		repeated while a full batch comes back), then wait on the socket with
@@ -33,6 +33,15 @@
  *		"wakeups=W drains=D claimed=C acked=A" and exits 0.  The latency of
  *		each row is read afterwards from the table (acked_at - created_at,
  *		both written server-side with the wall clock).
+ *
+ *		With "ackclaim" a drain is a chain of single statements,
+ *		outbox_ack_claim(previous ids, 100): each acks the batch claimed by
+ *		the one before and claims the next in the same transaction (one
+ *		round trip and one commit per batch instead of two); the chain ends
+ *		with the call that acks the last batch and claims nothing.  With
+ *		"async" the relay's session runs SET synchronous_commit = off first
+ *		(a claim or ack lost in a crash only means a redelivery).  Used by
+ *		bench/peers.sh.
  *
  * Exit status 1 on a connection or query error (message on stderr).
  *
@@ -51,7 +60,8 @@
 
 #include "libpq-fe.h"
 
-#define IDLE_MS		3000		/* listen: give up this long after the last one */
+#define IDLE_MS		3000		/* listen: give up this long after the last
+								 * one */
 #define FINISH_MS	60000		/* listen: never wait longer than this */
 #define CLAIM_BATCH	100
 #define MAX_SENDERS	64			/* listen: distinct sending backends counted */
@@ -254,15 +264,66 @@ drain_once(PGconn *conn, long *claimed, long *acked)
 	return nrows;
 }
 
+/*
+ * One drain with outbox_ack_claim: ack what the previous call claimed and
+ * claim the next batch, one statement (one transaction) per batch, until a
+ * call claims nothing; so nothing claimed stays unacked when it returns.
+ */
+static void
+drain_ackclaim(PGconn *conn, long *claimed, long *acked)
+{
+	char	   *ids = NULL;
+	int			previous = 0;
+
+	for (;;)
+	{
+		PGresult   *res;
+		const char *param[1];
+		int			nrows;
+
+		param[0] = ids != NULL ? ids : "{}";
+		res = PQexecParams(conn,
+						   "SELECT coalesce(pg_catalog.array_agg(id ORDER BY id), '{}')::text,"
+						   " pg_catalog.count(*)"
+						   " FROM outbox_ack_claim($1::bigint[], 100)",
+						   1, NULL, param, NULL, NULL, 0);
+		if (PQresultStatus(res) != PGRES_TUPLES_OK)
+			die_conn(conn, "outbox_ack_claim failed");
+		/* the previous batch is acked now (counted whether or not it was) */
+		*acked += previous;
+		nrows = atoi(PQgetvalue(res, 0, 1));
+		*claimed += nrows;
+		free(ids);
+		ids = NULL;
+		if (nrows == 0)
+		{
+			PQclear(res);
+			return;
+		}
+		/* here a real relay pushes the rows to their recipients */
+		ids = strdup(PQgetvalue(res, 0, 0));
+		if (ids == NULL)
+		{
+			fprintf(stderr, "relay: out of memory\n");
+			exit(1);
+		}
+		previous = nrows;
+		PQclear(res);
+	}
+}
+
 static int
-run_relay(const char *channel)
+run_relay(const char *channel, int ackclaim, int async)
 {
 	PGconn	   *conn = connect_and_listen(channel);
 	long		wakeups = 0;
 	long		drains = 0;
 	long		claimed = 0;
 	long		acked = 0;
-	int			need_drain = 1;	/* LISTEN first, then drain */
+	int			need_drain = 1; /* LISTEN first, then drain */
+
+	if (async)
+		exec_command(conn, "SET synchronous_commit = off");
 
 	printf("ready %d\n", (int) getpid());
 	fflush(stdout);
@@ -274,8 +335,11 @@ run_relay(const char *channel)
 		if (need_drain)
 		{
 			drains++;
-			while (drain_once(conn, &claimed, &acked) == CLAIM_BATCH)
-				;
+			if (ackclaim)
+				drain_ackclaim(conn, &claimed, &acked);
+			else
+				while (drain_once(conn, &claimed, &acked) == CLAIM_BATCH)
+					;
 			need_drain = 0;
 		}
 
@@ -325,11 +389,27 @@ main(int argc, char **argv)
 	if (argc == 6 && strcmp(argv[1], "listen") == 0)
 		return run_listen(argv[2], argv[3], argv[4],
 						  strcmp(argv[5], "yes") == 0);
-	if (argc == 3 && strcmp(argv[1], "relay") == 0)
-		return run_relay(argv[2]);
+	if (argc >= 3 && argc <= 5 && strcmp(argv[1], "relay") == 0)
+	{
+		int			ackclaim = 0;
+		int			async = 0;
+		int			i;
+
+		for (i = 3; i < argc; i++)
+		{
+			if (strcmp(argv[i], "ackclaim") == 0)
+				ackclaim = 1;
+			else if (strcmp(argv[i], "async") == 0)
+				async = 1;
+			else
+				break;
+		}
+		if (i == argc)
+			return run_relay(argv[2], ackclaim, async);
+	}
 
 	fprintf(stderr,
 			"usage: %s listen CHANNEL TABLE IDCOL yes|no\n"
-			"       %s relay CHANNEL\n", argv[0], argv[0]);
+			"       %s relay CHANNEL [ackclaim] [async]\n", argv[0], argv[0]);
 	return 2;
 }
