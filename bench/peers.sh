@@ -31,11 +31,13 @@
 #   graphile          one graphile-worker, concurrency 4
 #   pgboss            one pg-boss, work() batchSize 100 x localConcurrency 4
 #
-# Usage: bench/peers.sh            PEERS_ROUNDS rounds, ~15 minutes
-#        QUICK=1 bench/peers.sh    1 round of 5 s runs, ~3 minutes
+# Usage: bench/peers.sh            3 rounds of 20 s runs, ~11 minutes (~15
+#                                  with the outbox_ack_claim variants)
+#        QUICK=1 bench/peers.sh    1 round of 5 s runs, ~1.5 minutes
 # Knobs: PEERS_ROUNDS (3; QUICK 1), PEERS_T (20; QUICK 5) seconds per run
 #        (a runs half of it), PEERS_SYSTEMS (all of the above), PEERS_RATE
-#        (500), PEERS_PGQ_TICK_MS (100), PEERS_PGQ_POLL_MS (50), PEERS_PORT
+#        (500), PEERS_OUTBOX_NOTIFY (deferred: the outbox producers'
+#        delivery_outbox.notify), PEERS_PGQ_TICK_MS (100), PEERS_PGQ_POLL_MS (50), PEERS_PORT
 #        (5470), PEERS_NPM_DIR (/var/cache/delivery_outbox/peers),
 #        PG_CONFIG (the system's), BENCH_NO_BUILD=1, KEEP_TMP=1.
 # It reports, it never fails: exit 0 whatever the numbers (non-zero only
@@ -61,6 +63,7 @@ PEERS_TA=$(( (PEERS_T + 1) / 2 ))
 PEERS_SYSTEMS=${PEERS_SYSTEMS:-"outbox outbox_ackclaim outbox_ackclaim_async pgq graphile pgboss"}
 PEERS_RATE=${PEERS_RATE:-500}
 PEERS_CLIENTS=8
+PEERS_OUTBOX_NOTIFY=${PEERS_OUTBOX_NOTIFY:-deferred}
 PEERS_PGQ_TICK_MS=${PEERS_PGQ_TICK_MS:-100}
 PEERS_PGQ_POLL_MS=${PEERS_PGQ_POLL_MS:-50}
 PEERS_NPM_DIR=${PEERS_NPM_DIR:-/var/cache/delivery_outbox/peers}
@@ -407,7 +410,7 @@ checkpoint_timeout = 1h
 log_autovacuum_min_duration = -1
 shared_preload_libraries = 'delivery_outbox'
 delivery_outbox.database = 'peers_outbox'
-delivery_outbox.notify = 'deferred'"
+delivery_outbox.notify = '$PEERS_OUTBOX_NOTIFY'"
 outbox_start_cluster
 
 ORDERS_SQL="CREATE TABLE orders (id bigserial PRIMARY KEY, customer int NOT NULL,
@@ -533,7 +536,7 @@ done
 REPORT=$RAW/report.txt
 {
     echo "bench/peers.sh: delivery_outbox $EXT_VERSION beside PgQ $(bsql peers_pgq "SELECT extversion FROM pg_extension WHERE extname = 'pgq'" 2>/dev/null), graphile-worker $GRAPHILE_VERSION, pg-boss $PGBOSS_VERSION; PostgreSQL $(bsql postgres "SHOW server_version"), node $(node --version 2>/dev/null), $(nproc) cores"
-    echo "command: ${PEERS_CMD:-bench/peers.sh}  (QUICK=$QUICK; median of $PEERS_ROUNDS round(s); runs of ${PEERS_T} s, producers alone ${PEERS_TA} s; $PEERS_CLIENTS pgbench clients, synchronous_commit on; paced run at $PEERS_RATE tx/s)"
+    echo "command: ${PEERS_CMD:-bench/peers.sh}  (QUICK=$QUICK; outbox notify = $PEERS_OUTBOX_NOTIFY; median of $PEERS_ROUNDS round(s); runs of ${PEERS_T} s, producers alone ${PEERS_TA} s; $PEERS_CLIENTS pgbench clients, synchronous_commit on; paced run at $PEERS_RATE tx/s)"
     echo "machine load average (1/5/15 min) at start: $LOAD_START, at end: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null); run took $(($(date +%s) - BENCH_START)) s"
     echo "commit: $(git -C "$OUTBOX_TOP" rev-parse --short HEAD 2>/dev/null || echo unknown)$( [ -n "$(git -C "$OUTBOX_TOP" status --porcelain --untracked-files=no 2>/dev/null)" ] && echo ' (with uncommitted changes)'), $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo
