@@ -231,6 +231,8 @@ stop_pgqd()
     PGQD_BG=
 }
 
+# called by scripts/common.sh's EXIT trap
+# shellcheck disable=SC2317
 outbox_on_exit()
 {
     stop_consumers
@@ -379,6 +381,8 @@ npm_ok()
 }
 if ! npm_ok; then
     log "installing graphile-worker@$GRAPHILE_VERSION and pg-boss@$PGBOSS_VERSION into $PEERS_NPM_DIR"
+    # any step failing is a warning: the npm peers are then not available
+    # shellcheck disable=SC2015
     mkdir -p "$PEERS_NPM_DIR" &&
         { [ -f "$PEERS_NPM_DIR/package.json" ] ||
             echo '{"name":"delivery-outbox-peers","private":true}' >"$PEERS_NPM_DIR/package.json"; } &&
@@ -547,7 +551,7 @@ REPORT=$RAW/report.txt
     awk -F'|' -v systems="$PEERS_SYSTEMS" -v checks="$checks" -v notes="$notes" -v rate="$PEERS_RATE" \
         -f "$PEERS_DIR/report.awk" "$RAW/results"
     echo
-    echo "consumers' own counts (last line of each consumer, per run):"
+    echo "consumers' own counts, per run (relay: claimed/acked; pgq_consumer: batches; Node: executions/distinct ids):"
     sed 's/^/    /' "$RAW/consumers" 2>/dev/null
 } >"$REPORT"
 
