@@ -430,7 +430,7 @@ done
 bsql peers_outbox "CREATE EXTENSION delivery_outbox" >/dev/null || die "CREATE EXTENSION delivery_outbox failed"
 EXT_VERSION=$(bsql peers_outbox "SELECT extversion FROM pg_extension WHERE extname = 'delivery_outbox'")
 HAVE_ACKCLAIM=no
-[ "$(bsql peers_outbox "SELECT to_regproc('outbox_ack_claim') IS NOT NULL")" = t ] && HAVE_ACKCLAIM=yes
+[ "$(bsql peers_outbox "SELECT EXISTS (SELECT FROM pg_proc WHERE proname = 'outbox_ack_claim')")" = t ] && HAVE_ACKCLAIM=yes
 
 HAVE_PGQ=no
 if bsql peers_pgq "CREATE EXTENSION pgq" >/dev/null 2>&1 && command -v pgqd >/dev/null; then
