@@ -799,8 +799,8 @@ outbox_plan(OutboxTable *table, OutboxPlanId id)
 	 * Rows by id of a partitioned outbox (%P, %Q): a custom plan prunes the
 	 * partitions at planning, from the ids themselves, so its estimate always
 	 * beats the generic plan's, and the plan cache would plan the statement
-	 * afresh, every partition of it, at each call (half of an ack's time
-	 * with eight partitions).  The generic plan prunes at execution, from the
+	 * afresh, every partition of it, at each call (half of an ack's time with
+	 * eight partitions).  The generic plan prunes at execution, from the
 	 * range of the ids: it is the one kept.
 	 */
 	if (outbox_table_partitioned(table) &&
