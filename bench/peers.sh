@@ -27,6 +27,9 @@
 #   outbox_ackclaim   the same with outbox_ack_claim (one statement acks the
 #                     previous batch and claims the next), only where it exists
 #   outbox_ackclaim_async  the same, relays with synchronous_commit = off
+#   outbox_coalesce   the same, the outbox_ack_claim chain run across
+#                     wake-ups: a short batch is acked with the next claim, at
+#                     the next wake-up or 5 ms later (relay.c's "coalesce")
 #   pgq               4 queues, one pgq_consumer each, pgqd ticking every 100 ms
 #   graphile          one graphile-worker, concurrency 4
 #   pgboss            one pg-boss, work() batchSize 100 x localConcurrency 4
@@ -60,7 +63,8 @@ else
     PEERS_T=${PEERS_T:-20}
 fi
 PEERS_TA=$(( (PEERS_T + 1) / 2 ))
-PEERS_SYSTEMS=${PEERS_SYSTEMS:-"outbox outbox_ackclaim outbox_ackclaim_async pgq graphile pgboss"}
+PEERS_COALESCE_MS=${PEERS_COALESCE_MS:-5}
+PEERS_SYSTEMS=${PEERS_SYSTEMS:-"outbox outbox_ackclaim outbox_ackclaim_async outbox_coalesce pgq graphile pgboss"}
 PEERS_RATE=${PEERS_RATE:-500}
 PEERS_CLIENTS=8
 PEERS_OUTBOX_NOTIFY=${PEERS_OUTBOX_NOTIFY:-deferred}
@@ -165,11 +169,12 @@ start_consumers()
     case $sys in
         outbox_ackclaim) flags=(ackclaim) ;;
         outbox_ackclaim_async) flags=(ackclaim async) ;;
+        outbox_coalesce) flags=(ackclaim async coalesce) ;;
     esac
     for i in 0 1 2 3; do
         out=$RAW/consumer.$tag.$i.out
         case $sys in
-            outbox*) as_user_bg env PGDATABASE="$db" "$OUTBOX_WORK/relay" relay delivery_outbox "${flags[@]}" ;;
+            outbox*) as_user_bg env PGDATABASE="$db" RELAY_COALESCE_MS="$PEERS_COALESCE_MS" "$OUTBOX_WORK/relay" relay delivery_outbox "${flags[@]}" ;;
             pgq) as_user_bg env PGDATABASE="$db" "$OUTBOX_WORK/pgq_consumer" "peers_q$i" peers_c "$PEERS_PGQ_POLL_MS" ;;
             graphile) as_user_bg env PGDATABASE="$db" PEERS_NODE_MODULES="$PEERS_NPM_DIR/node_modules" \
                 node "$PEERS_DIR/graphile.cjs" work ;;
@@ -484,12 +489,13 @@ fi
 [ "$HAVE_ACKCLAIM" = yes ] || {
     NOTE[outbox_ackclaim]="not available: no outbox_ack_claim (extension $EXT_VERSION)"
     NOTE[outbox_ackclaim_async]=${NOTE[outbox_ackclaim]}
+    NOTE[outbox_coalesce]=${NOTE[outbox_ackclaim]}
 }
 
 for sys in $PEERS_SYSTEMS; do
     case $sys in
         outbox) ;;
-        outbox_ackclaim|outbox_ackclaim_async) [ "$HAVE_ACKCLAIM" = yes ] || continue ;;
+        outbox_ackclaim|outbox_ackclaim_async|outbox_coalesce) [ "$HAVE_ACKCLAIM" = yes ] || continue ;;
         pgq) [ "$HAVE_PGQ" = yes ] || continue ;;
         graphile) [ "$HAVE_GRAPHILE" = yes ] || continue ;;
         pgboss) [ "$HAVE_PGBOSS" = yes ] || continue ;;

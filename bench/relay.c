@@ -24,7 +24,7 @@
  *		notifications (the producers in notify = commit mode, the background
  *		worker in deferred mode).  TABLE and IDCOL are trusted (run.sh's own).
  *
- * relay relay CHANNEL [ackclaim] [async]
+ * relay relay CHANNEL [ackclaim] [async] [coalesce]
  *		The relay loop of README.md: LISTEN first, then drain
  *		(outbox_claim(100) in one transaction, outbox_ack(ids) in the next,
  *		repeated while a full batch comes back), then wait on the socket with
@@ -40,8 +40,12 @@
  *		round trip and one commit per batch instead of two); the chain ends
  *		with the call that acks the last batch and claims nothing.  With
  *		"async" the relay's session runs SET synchronous_commit = off first
- *		(a claim or ack lost in a crash only means a redelivery).  Used by
- *		bench/peers.sh.
+ *		(a claim or ack lost in a crash only means a redelivery).  With
+ *		"coalesce" the outbox_ack_claim chain runs across wake-ups, paced
+ *		while busy: after a short batch the relay waits RELAY_COALESCE_MS
+ *		(default 5) and then acks it and claims what arrived meanwhile in
+ *		one call; an idle relay calls at once on a wake-up (see
+ *		run_relay_coalesce).  Used by bench/peers.sh.
  *
  * Exit status 1 on a connection or query error (message on stderr).
  *
@@ -312,8 +316,135 @@ drain_ackclaim(PGconn *conn, long *claimed, long *acked)
 	}
 }
 
+/*
+ * The "coalesce" loop: outbox_ack_claim chained across wake-ups, its calls
+ * paced while the relay is busy.  Every relay is woken by every row's
+ * notification, so under a stream each call would claim a row or two:
+ * the round trip and the statement's fixed cost then dominate.  Instead,
+ * after a call that claimed a short batch (or came back empty while
+ * wake-ups were queued, rows the other relays took), the relay waits
+ * coalesce_ms, reading the notifications that arrive, then acks the batch
+ * it holds and claims everything that arrived meanwhile, in one call.  A
+ * full batch is followed at once; an idle relay (nothing held, nothing
+ * queued) waits for the next wake-up and calls at once, so a lone row is
+ * not delayed.  A row's ack waits at most coalesce_ms longer; the chain
+ * ends with nothing unacked only on a call that claims nothing.
+ */
+static int	coalesce_ms = 5;
+
 static int
-run_relay(const char *channel, int ackclaim, int async)
+ackclaim_call(PGconn *conn, char **ids, long *claimed, long *acked,
+			  int *previous)
+{
+	PGresult   *res;
+	const char *param[1];
+	int			nrows;
+
+	param[0] = *ids != NULL ? *ids : "{}";
+	res = PQexecParams(conn,
+					   "SELECT coalesce(pg_catalog.array_agg(id ORDER BY id), '{}')::text,"
+					   " pg_catalog.count(*)"
+					   " FROM outbox_ack_claim($1::bigint[], 100)",
+					   1, NULL, param, NULL, NULL, 0);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		die_conn(conn, "outbox_ack_claim failed");
+	*acked += *previous;
+	nrows = atoi(PQgetvalue(res, 0, 1));
+	*claimed += nrows;
+	free(*ids);
+	*ids = NULL;
+	if (nrows > 0)
+	{
+		/* here a real relay pushes the rows to their recipients */
+		*ids = strdup(PQgetvalue(res, 0, 0));
+		if (*ids == NULL)
+		{
+			fprintf(stderr, "relay: out of memory\n");
+			exit(1);
+		}
+	}
+	*previous = nrows;
+	PQclear(res);
+	return nrows;
+}
+
+/* Read the notifications libpq has; returns how many. */
+static long
+take_notifies(PGconn *conn)
+{
+	PGnotify   *n;
+	long		count = 0;
+
+	if (!PQconsumeInput(conn))
+		die_conn(conn, "reading notifications failed");
+	while ((n = PQnotifies(conn)) != NULL)
+	{
+		count++;
+		PQfreemem(n);
+	}
+	return count;
+}
+
+static int
+run_relay_coalesce(PGconn *conn)
+{
+	long		wakeups = 0;
+	long		calls = 0;
+	long		claimed = 0;
+	long		acked = 0;
+	char	   *ids = NULL;
+	int			previous = 0;
+	const char *env = getenv("RELAY_COALESCE_MS");
+
+	if (env != NULL && atoi(env) >= 0)
+		coalesce_ms = atoi(env);
+	printf("ready %d\n", (int) getpid());
+	fflush(stdout);
+
+	for (;;)
+	{
+		int			nrows;
+		long		queued;
+
+		calls++;
+		nrows = ackclaim_call(conn, &ids, &claimed, &acked, &previous);
+		if (nrows >= 100)
+			continue;			/* a full batch: more is waiting */
+		queued = take_notifies(conn);
+		wakeups += queued;
+		if (stop_requested)
+		{
+			if (ids == NULL)
+				break;
+			continue;			/* ack what is held (and claim on) */
+		}
+		if (ids != NULL || queued > 0)
+		{
+			/* busy: let the next batch gather */
+			int64_t		until = now_ms() + coalesce_ms;
+
+			while (!stop_requested && now_ms() < until)
+			{
+				wait_socket(conn, (int) (until - now_ms()));
+				wakeups += take_notifies(conn);
+			}
+			continue;
+		}
+		/* idle: the next wake-up, or the 1 s safety net */
+		wait_socket(conn, 1000);
+		wakeups += take_notifies(conn);
+		if (stop_requested)
+			break;
+	}
+
+	printf("wakeups=%ld drains=%ld claimed=%ld acked=%ld\n",
+		   wakeups, calls, claimed, acked);
+	PQfinish(conn);
+	return 0;
+}
+
+static int
+run_relay(const char *channel, int ackclaim, int async, int coalesce)
 {
 	PGconn	   *conn = connect_and_listen(channel);
 	long		wakeups = 0;
@@ -324,6 +455,8 @@ run_relay(const char *channel, int ackclaim, int async)
 
 	if (async)
 		exec_command(conn, "SET synchronous_commit = off");
+	if (coalesce)
+		return run_relay_coalesce(conn);
 
 	printf("ready %d\n", (int) getpid());
 	fflush(stdout);
@@ -389,10 +522,11 @@ main(int argc, char **argv)
 	if (argc == 6 && strcmp(argv[1], "listen") == 0)
 		return run_listen(argv[2], argv[3], argv[4],
 						  strcmp(argv[5], "yes") == 0);
-	if (argc >= 3 && argc <= 5 && strcmp(argv[1], "relay") == 0)
+	if (argc >= 3 && argc <= 6 && strcmp(argv[1], "relay") == 0)
 	{
 		int			ackclaim = 0;
 		int			async = 0;
+		int			coalesce = 0;
 		int			i;
 
 		for (i = 3; i < argc; i++)
@@ -401,15 +535,17 @@ main(int argc, char **argv)
 				ackclaim = 1;
 			else if (strcmp(argv[i], "async") == 0)
 				async = 1;
+			else if (strcmp(argv[i], "coalesce") == 0)
+				coalesce = 1;
 			else
 				break;
 		}
 		if (i == argc)
-			return run_relay(argv[2], ackclaim, async);
+			return run_relay(argv[2], ackclaim, async, coalesce);
 	}
 
 	fprintf(stderr,
 			"usage: %s listen CHANNEL TABLE IDCOL yes|no\n"
-			"       %s relay CHANNEL [ackclaim] [async]\n", argv[0], argv[0]);
+			"       %s relay CHANNEL [ackclaim] [async] [coalesce]\n", argv[0], argv[0]);
 	return 2;
 }
