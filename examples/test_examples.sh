@@ -95,6 +95,7 @@
 # Knobs: EXAMPLES_ROWS (200), EXAMPLES_TIMEOUT (60 s per wait),
 # EXAMPLES_WORK (directory for logs; default a new temporary one, removed
 # unless a test failed), EXAMPLES_KEEP=1 (keep the databases and the role),
+# EXAMPLES_RUST_TARGET (cargo's target directory; default in EXAMPLES_WORK),
 # PG_CONFIG (for the C build and the exporter's cluster), NPM (npm command),
 # POSTGRES_EXPORTER (default /usr/bin/prometheus-postgres-exporter).
 
@@ -120,6 +121,7 @@ else
     WORK=$(mktemp -d /tmp/outbox-examples.XXXXXX)
     OWN_WORK=1
 fi
+RUST_TARGET=${EXAMPLES_RUST_TARGET:-$WORK/rust-target}
 
 T=0
 FAILED=0
@@ -215,9 +217,11 @@ prepare()
             return 1
         fi
         # offline, from /usr/share/cargo/registry (examples/rust/.cargo);
-        # cargo's home and the build in the work directory
+        # cargo's home and the build in the work directory, or the build in
+        # EXAMPLES_RUST_TARGET (scripts/test.sh shares one between its runs
+        # on 15 and 18: the Rust relay does not link libpq)
         (cd "$HERE/rust" &&
-            CARGO_HOME=$WORK/cargo-home CARGO_TARGET_DIR=$WORK/rust-target \
+            CARGO_HOME=$WORK/cargo-home CARGO_TARGET_DIR=$RUST_TARGET \
                 cargo build --release) >"$log" 2>&1 || return 1
         if grep -q '^warning' "$log"; then
             echo "compiler warnings" >>"$log"
@@ -239,7 +243,7 @@ relay_cmd()
     python) RELAY=("$PYTHON" "$HERE/python/relay.py") ;;
     node)   RELAY=(node "$HERE/node/relay.js") ;;
     c)      RELAY=("$HERE/c/relay") ;;
-    rust)   RELAY=("$WORK/rust-target/release/relay") ;;
+    rust)   RELAY=("$RUST_TARGET/release/relay") ;;
     esac
 }
 
@@ -249,7 +253,7 @@ producer_cmd()
     python) PRODUCER=("$PYTHON" "$HERE/python/producer.py") ;;
     node)   PRODUCER=(node "$HERE/node/producer.js") ;;
     c)      PRODUCER=("$HERE/c/producer") ;;
-    rust)   PRODUCER=("$WORK/rust-target/release/producer") ;;
+    rust)   PRODUCER=("$RUST_TARGET/release/producer") ;;
     esac
 }
 

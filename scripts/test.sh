@@ -13,7 +13,8 @@
 #   isolation   specs/*.spec     make installcheck REGRESS= TAP_TESTS=
 #   isolation (preloaded)        the same, the cluster restarted with
 #                                shared_preload_libraries = delivery_outbox
-#   TAP         t/*.pl           make installcheck REGRESS= ISOLATION=
+#   TAP         t/*.pl           make installcheck REGRESS= ISOLATION=,
+#                                two scripts at a time (OUTBOX_TAP_JOBS=2)
 #   pg_regress  scripts/pg_regress_suite.sh: PostgreSQL's own regression
 #               suite (parallel_schedule), plain and with the library
 #               preloaded, on scratch clusters of its own; every test must
@@ -318,7 +319,11 @@ core_suites()
 
     # --- TAP -------------------------------------------------------------------
     if have 't/*.pl'; then
-        run_suite "tap$SFX" -- REGRESS= ISOLATION= PROVE_FLAGS=-v
+        # two test scripts at a time (OUTBOX_TAP_JOBS): they mostly wait on
+        # their clusters, so the suite takes about half as long; prove -v
+        # still prints each script's lines together
+        run_suite "tap$SFX" -- REGRESS= ISOLATION= \
+            PROVE_FLAGS="-v -j${OUTBOX_TAP_JOBS:-2}"
         read -r p f s < <(count_tap "$OUTBOX_WORK/tap$SFX.out")
         read -r tests result < <(prove_summary "$OUTBOX_WORK/tap$SFX.out")
         if [ "$result" != PASS ] && [ "$f" -eq 0 ]; then
@@ -408,7 +413,7 @@ fi
 # --- examples --------------------------------------------------------------
 if [ -f "$OUTBOX_SRC/examples/test_examples.sh" ]; then
     log "suite: examples"
-    as_user env EXAMPLES_WORK="$OUTBOX_WORK/examples" EXAMPLES_KEEP="${KEEP_TMP:-0}" \
+    as_user env EXAMPLES_RUST_TARGET="$OUTBOX_WORK/rust-target" EXAMPLES_WORK="$OUTBOX_WORK/examples" EXAMPLES_KEEP="${KEEP_TMP:-0}" \
         bash "$OUTBOX_SRC/examples/test_examples.sh" 2>&1 |
         tee "$OUTBOX_WORK/examples.out"
     SUITE_RC=${PIPESTATUS[0]}
@@ -531,7 +536,7 @@ else
         citus_suite " [18]" "_18"
         if [ -f "$OUTBOX_SRC/examples/test_examples.sh" ]; then
             log "suite: examples [18]"
-            as_user env EXAMPLES_WORK="$OUTBOX_WORK/examples_18" EXAMPLES_KEEP="${KEEP_TMP:-0}" \
+            as_user env EXAMPLES_RUST_TARGET="$OUTBOX_WORK/rust-target" EXAMPLES_WORK="$OUTBOX_WORK/examples_18" EXAMPLES_KEEP="${KEEP_TMP:-0}" \
                 bash "$OUTBOX_SRC/examples/test_examples.sh" 2>&1 |
                 tee "$OUTBOX_WORK/examples_18.out"
             SUITE_RC=${PIPESTATUS[0]}
