@@ -335,18 +335,31 @@ static const char outbox_same_sql[] = "";
 	" WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'" filter ")"
 
 /* outbox_stats(): counts, ages, and the dead letters */
-#define OUTBOX_STATS_SQL(dead) \
-	"SELECT" \
-	" pg_catalog.count(*) FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'pending')," \
-	" pg_catalog.count(*) FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'delivered')," \
-	" pg_catalog.count(*) FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'acked')," \
-	" $1 OPERATOR(pg_catalog.-) pg_catalog.min(created_at)" \
-	" FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'pending')," \
-	" $1 OPERATOR(pg_catalog.-) pg_catalog.min(delivered_at)" \
-	" FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) 'delivered')," \
-	" pg_catalog.count(DISTINCT recipient)" \
-	" FILTER (WHERE delivery_state OPERATOR(pg_catalog.=) " OUTBOX_OPEN_STATES ")," \
-	" " dead " FROM %1$s"
+/*
+ * outbox_stats: each count and age from the partial index of its state (a
+ * walk of that state's entries, never of the whole table: acked rows,
+ * however many are kept, are counted from the acked index alone when the
+ * visibility map allows), the oldest pending row's age from the pending
+ * rows' heap tuples, the recipients from the open rows' index.  The
+ * pending rows in two parts, those due and those scheduled, each matching
+ * its own index; a 1.0 or 1.1 table has no not_before, and no scheduled
+ * rows.
+ */
+#define OUTBOX_STATS_SQL(dead, due, scheduled) \
+	"WITH p AS (SELECT pg_catalog.count(*) AS n, pg_catalog.min(created_at) AS oldest" \
+	" FROM %1$s WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'" due ")," \
+	" s AS (SELECT pg_catalog.count(*) AS n, pg_catalog.min(created_at) AS oldest" \
+	" FROM %1$s WHERE " scheduled ")," \
+	" d AS (SELECT pg_catalog.count(*) AS n, pg_catalog.min(delivered_at) AS oldest" \
+	" FROM %1$s WHERE delivery_state OPERATOR(pg_catalog.=) 'delivered')," \
+	" a AS (SELECT pg_catalog.count(*) AS n" \
+	" FROM %1$s WHERE delivery_state OPERATOR(pg_catalog.=) 'acked')," \
+	" r AS (SELECT pg_catalog.count(DISTINCT recipient) AS n" \
+	" FROM %1$s WHERE delivery_state OPERATOR(pg_catalog.=) " OUTBOX_OPEN_STATES ")" \
+	" SELECT p.n OPERATOR(pg_catalog.+) s.n, d.n, a.n," \
+	" $1 OPERATOR(pg_catalog.-) LEAST(p.oldest, s.oldest)," \
+	" $1 OPERATOR(pg_catalog.-) d.oldest, r.n, " dead \
+	" FROM p, s, d, a, r"
 
 static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 	[OUTBOX_PLAN_ENQUEUE] = {
@@ -592,9 +605,13 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		" AND o.id OPERATOR(pg_catalog.>=) $3 AND o.id OPERATOR(pg_catalog.<) $4",
 	{TABLE_TIME, INT8OID, INT8OID, INT8OID},.walk = OUTBOX_WALK_JOINS},
 	[OUTBOX_PLAN_STATS] = {
-		OUTBOX_STATS_SQL("(SELECT pg_catalog.count(*) FROM %3$s)"),
+		OUTBOX_STATS_SQL("(SELECT pg_catalog.count(*) FROM %3$s)",
+						 " AND not_before IS NULL",
+						 "delivery_state OPERATOR(pg_catalog.=) 'pending'"
+						 " AND not_before IS NOT NULL"),
 		{TABLE_TIME},
-		OUTBOX_STATS_SQL("NULL::pg_catalog.int8")
+		OUTBOX_STATS_SQL("NULL::pg_catalog.int8", "", "false"),
+		.walk = OUTBOX_WALK_SCAN
 	},
 	[OUTBOX_PLAN_ENQUEUE_BATCH] = {
 		OUTBOX_ENQUEUE_BATCH_SQL(""), OUTBOX_ENQUEUE_BATCH_ARGS,
