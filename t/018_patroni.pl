@@ -298,9 +298,12 @@ diag(sprintf('synchronous after %.1f s', time - $t0));
 $leader->safe_psql('postgres', 'CREATE EXTENSION delivery_outbox');
 my $old_worker = wait_for_worker($leader);
 ok($old_worker, "the worker serves postgres on the leader (pid $old_worker)");
-is($replica->safe_psql('postgres',
-		q{SELECT count(*) FROM pg_extension WHERE extname = 'delivery_outbox'}),
-	'1', 'the replica has the extension');
+# synchronous_commit = on waits for the standby's flush, not its replay:
+# wait for the replay
+ok( poll(
+		$replica,
+		q{SELECT count(*) = 1 FROM pg_extension WHERE extname = 'delivery_outbox'}),
+	'the replica has the extension');
 is(worker_pid($replica), '', 'no worker on the replica');
 
 #
