@@ -269,69 +269,10 @@ drain_once(PGconn *conn, long *claimed, long *acked)
 }
 
 /*
- * One drain with outbox_ack_claim: ack what the previous call claimed and
- * claim the next batch, one statement (one transaction) per batch, until a
- * call claims nothing; so nothing claimed stays unacked when it returns.
+ * One outbox_ack_claim call: ack *ids (the batch the previous call claimed,
+ * *previous rows; none when NULL) and claim up to 100 rows, whose ids
+ * replace *ids (NULL when none came back).  Returns the number claimed.
  */
-static void
-drain_ackclaim(PGconn *conn, long *claimed, long *acked)
-{
-	char	   *ids = NULL;
-	int			previous = 0;
-
-	for (;;)
-	{
-		PGresult   *res;
-		const char *param[1];
-		int			nrows;
-
-		param[0] = ids != NULL ? ids : "{}";
-		res = PQexecParams(conn,
-						   "SELECT coalesce(pg_catalog.array_agg(id ORDER BY id), '{}')::text,"
-						   " pg_catalog.count(*)"
-						   " FROM outbox_ack_claim($1::bigint[], 100)",
-						   1, NULL, param, NULL, NULL, 0);
-		if (PQresultStatus(res) != PGRES_TUPLES_OK)
-			die_conn(conn, "outbox_ack_claim failed");
-		/* the previous batch is acked now (counted whether or not it was) */
-		*acked += previous;
-		nrows = atoi(PQgetvalue(res, 0, 1));
-		*claimed += nrows;
-		free(ids);
-		ids = NULL;
-		if (nrows == 0)
-		{
-			PQclear(res);
-			return;
-		}
-		/* here a real relay pushes the rows to their recipients */
-		ids = strdup(PQgetvalue(res, 0, 0));
-		if (ids == NULL)
-		{
-			fprintf(stderr, "relay: out of memory\n");
-			exit(1);
-		}
-		previous = nrows;
-		PQclear(res);
-	}
-}
-
-/*
- * The "coalesce" loop: outbox_ack_claim chained across wake-ups, its calls
- * paced while the relay is busy.  Every relay is woken by every row's
- * notification, so under a stream each call would claim a row or two:
- * the round trip and the statement's fixed cost then dominate.  Instead,
- * after a call that claimed a short batch (or came back empty while
- * wake-ups were queued, rows the other relays took), the relay waits
- * coalesce_ms, reading the notifications that arrive, then acks the batch
- * it holds and claims everything that arrived meanwhile, in one call.  A
- * full batch is followed at once; an idle relay (nothing held, nothing
- * queued) waits for the next wake-up and calls at once, so a lone row is
- * not delayed.  A row's ack waits at most coalesce_ms longer; the chain
- * ends with nothing unacked only on a call that claims nothing.
- */
-static int	coalesce_ms = 5;
-
 static int
 ackclaim_call(PGconn *conn, char **ids, long *claimed, long *acked,
 			  int *previous)
@@ -367,6 +308,37 @@ ackclaim_call(PGconn *conn, char **ids, long *claimed, long *acked,
 	PQclear(res);
 	return nrows;
 }
+
+/*
+ * One drain with outbox_ack_claim: ack what the previous call claimed and
+ * claim the next batch, one statement (one transaction) per batch, until a
+ * call claims nothing; so nothing claimed stays unacked when it returns.
+ */
+static void
+drain_ackclaim(PGconn *conn, long *claimed, long *acked)
+{
+	char	   *ids = NULL;
+	int			previous = 0;
+
+	while (ackclaim_call(conn, &ids, claimed, acked, &previous) > 0)
+		;
+}
+
+/*
+ * The "coalesce" loop: outbox_ack_claim chained across wake-ups, its calls
+ * paced while the relay is busy.  Every relay is woken by every row's
+ * notification, so under a stream each call would claim a row or two:
+ * the round trip and the statement's fixed cost then dominate.  Instead,
+ * after a call that claimed a short batch (or came back empty while
+ * wake-ups were queued, rows the other relays took), the relay waits
+ * coalesce_ms, reading the notifications that arrive, then acks the batch
+ * it holds and claims everything that arrived meanwhile, in one call.  A
+ * full batch is followed at once; an idle relay (nothing held, nothing
+ * queued) waits for the next wake-up and calls at once, so a lone row is
+ * not delayed.  A row's ack waits at most coalesce_ms longer; the chain
+ * ends with nothing unacked only on a call that claims nothing.
+ */
+static int	coalesce_ms = 5;
 
 /* Read the notifications libpq has; returns how many. */
 static long
