@@ -487,7 +487,12 @@ INSERT INTO regress_attack_steps (n, caller, step, pick, call) VALUES
   $$SELECT outbox_enqueue('agent:r', 'work', '\x0e', outbox => %1$L) > 0$$),
  (52, 'relay', 'outbox_ack_claim', $$SELECT array_agg(id) FROM %1$s
         WHERE delivery_state = 'delivered'$$,
-  $$SELECT string_agg(recipient, ',') FROM outbox_ack_claim(%2$L::bigint[], 10, outbox => %1$L)$$);
+  $$SELECT string_agg(recipient, ',') FROM outbox_ack_claim(%2$L::bigint[], 10, outbox => %1$L)$$),
+ (53, 'owner', 'outbox_configure retain_acked 0', NULL,
+  $$SELECT outbox_configure(%1$L, retain_acked => '0') IS NOT NULL$$),
+ (54, 'relay', 'outbox_ack_claim deletes', $$SELECT array_agg(id) FROM %1$s
+        WHERE delivery_state = 'delivered'$$,
+  $$SELECT count(*) FROM outbox_ack_claim(%2$L::bigint[], 10, outbox => %1$L)$$);
 -- a partitioned outbox cannot be detached and attached again
 UPDATE regress_attack_steps SET plain_only = true WHERE n IN (42, 43);
 
