@@ -183,11 +183,13 @@ outbox_enqueue(PG_FUNCTION_ARGS)
 		 * this one inserts.  A row that holds the key and is purged in
 		 * between frees it: try again.
 		 */
-		Datum		key[2];
+		Datum		key[3];
+		char		key_nulls[3] = {' ', ' ', nulls[3]};
 		int			attempt;
 
 		key[0] = values[0];
 		key[1] = values[6];
+		key[2] = values[3];
 		for (attempt = 0;; attempt++)
 		{
 			CHECK_FOR_INTERRUPTS();
@@ -197,7 +199,7 @@ outbox_enqueue(PG_FUNCTION_ARGS)
 							   SPI_OK_INSERT_RETURNING) == 1)
 				break;
 			CommandCounterIncrement();
-			if (outbox_execute(t, OUTBOX_PLAN_DEDUP_LOOKUP, key, NULL,
+			if (outbox_execute(t, OUTBOX_PLAN_DEDUP_LOOKUP, key, key_nulls,
 							   SPI_OK_SELECT) == 1)
 				break;
 			/* neither inserted nor held, again and again: a trigger's NULL */
@@ -743,7 +745,8 @@ outbox_enqueue_batch(PG_FUNCTION_ARGS)
 	{
 		bool	   *has_key = palloc0(sizeof(bool) * n[0]);
 		int64	   *keyed_ids = palloc(sizeof(int64) * n[0]);
-		Datum		lookup[2];
+		Datum		lookup[3];
+		char		lookup_nulls[3] = {' ', ' ', nulls[3]};
 		uint64		nkeyed;
 		uint64		next = 0;
 		int			pos;
@@ -756,8 +759,9 @@ outbox_enqueue_batch(PG_FUNCTION_ARGS)
 		CommandCounterIncrement();
 		lookup[0] = values[0];
 		lookup[1] = values[6];
+		lookup[2] = values[3];
 		nkeyed = outbox_execute(t, OUTBOX_PLAN_DEDUP_LOOKUP_BATCH, lookup,
-								NULL, SPI_OK_SELECT);
+								lookup_nulls, SPI_OK_SELECT);
 		for (i = 0; i < nkeyed; i++)
 		{
 			bool		isnull;

@@ -43,7 +43,8 @@ static bool outbox_column_privileges(Oid relid, const char *const *columns);
  * the default outbox EXECUTE on the function is all it takes, as in 1.1;
  * for any other the calling role (outside SECURITY DEFINER functions) also
  * needs the privilege mode on that table.  Raises 42809 for a table that
- * is no outbox, 42501 for a missing privilege.
+ * is no outbox, 42501 for a missing privilege, 0A000 for a distributed
+ * outbox unless mode is ACL_INSERT (an enqueue).
  */
 OutboxTable *
 outbox_target(FunctionCallInfo fcinfo, int argno, AclMode mode)
@@ -69,6 +70,27 @@ outbox_target_columns(FunctionCallInfo fcinfo, int argno, AclMode mode,
 		return outbox_default_table();
 	relid = PG_GETARG_OID(argno);
 	table = outbox_find_table(relid);
+
+	/*
+	 * A distributed outbox takes its rows through Citus, which routes each
+	 * INSERT to the shard of its tenant_id; everything else works on rows
+	 * already there, in one shard's outbox on the node that holds it
+	 * (Citus cannot claim with SKIP LOCKED across shards, nor lock rows of
+	 * many shards for an ack).  A worker node's copy of the table is in no
+	 * registry, but it is the same table.
+	 */
+	if ((table != NULL ? outbox_table_distributed(table) :
+		 outbox_relation_distributed(relid)) &&
+		(table == NULL || mode != ACL_INSERT))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("outbox \"%s\" is distributed by Citus",
+						DatumGetCString(DirectFunctionCall1(regclassout,
+															ObjectIdGetDatum(relid)))),
+				 errdetail("Its rows are in its shards, each an outbox of its own on the worker node that holds it; only enqueues go through the distributed table."),
+				 errhint("On each worker node, name one of its shards: outbox => any of outbox_shards('%s').",
+						 DatumGetCString(DirectFunctionCall1(regclassout,
+															 ObjectIdGetDatum(relid))))));
 	if (table == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),

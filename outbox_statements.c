@@ -48,7 +48,7 @@ static SPIPlanPtr outbox_plan(OutboxTable *table, OutboxPlanId id);
 static void outbox_execute_work(void *arg);
 static char *outbox_plan_text(const char *template, const char *name,
 							  const char *row_expr, const char *dead,
-							  bool partitioned);
+							  bool partitioned, bool distributed);
 
 StaticAssertDecl(OUTBOX_NUM_PLANS <= OUTBOX_NUM_PLANS_MAX,
 				 "OUTBOX_NUM_PLANS_MAX is too small");
@@ -375,10 +375,11 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		" RETURNING id",
 		OUTBOX_ENQUEUE_ARGS
 	},
+	/* $3: the tenant, whose key it is in a distributed outbox (%T) */
 	[OUTBOX_PLAN_DEDUP_LOOKUP] = {
 		"SELECT id FROM %1$s WHERE recipient OPERATOR(pg_catalog.=) $1"
-		" AND dedup_key OPERATOR(pg_catalog.=) $2",
-		{TEXTOID, TEXTOID},
+		" AND dedup_key OPERATOR(pg_catalog.=) $2%T",
+		{TEXTOID, TEXTOID, TEXTOID},
 		.walk = OUTBOX_WALK_SCAN
 	},
 	[OUTBOX_PLAN_CLAIM] = {OUTBOX_CLAIM_SQL("", ""), OUTBOX_CLAIM_ARGS, OUTBOX_LEGACY_CLAIM_SQL("", ""),.walk = OUTBOX_WALK_SCAN},
@@ -625,14 +626,18 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 	[OUTBOX_PLAN_ENQUEUE_BATCH_DEDUP] = {
 		OUTBOX_ENQUEUE_BATCH_SQL(OUTBOX_DEDUP_CONFLICT), OUTBOX_ENQUEUE_BATCH_ARGS
 	},
-	/* the rows holding the batch's keys, by position: $1 recipients, $2 keys */
+	/*
+	 * the rows holding the batch's keys, by position: $1 recipients, $2
+	 * keys, $3 tenants (%U: their own keys, in a distributed outbox)
+	 */
 	[OUTBOX_PLAN_DEDUP_LOOKUP_BATCH] = {
 		"SELECT u.n, o.id"
-		" FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2))"
-		" WITH ORDINALITY AS u(r, k, n)"
+		" FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2),"
+		" pg_catalog.unnest($3))"
+		" WITH ORDINALITY AS u(r, k, t, n)"
 		" JOIN %1$s o ON o.recipient OPERATOR(pg_catalog.=) u.r"
-		" AND o.dedup_key OPERATOR(pg_catalog.=) u.k",
-		{TEXTARRAYOID, TEXTARRAYOID},
+		" AND o.dedup_key OPERATOR(pg_catalog.=) u.k%U",
+		{TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID},
 		.walk = OUTBOX_WALK_JOINS
 	},
 	[OUTBOX_PLAN_EXISTS] = {OUTBOX_EXISTS_SQL(""), {TEXTOID, TIMESTAMPTZOID, TABLE_TIME}, OUTBOX_LEGACY_EXISTS_SQL(""),.walk = OUTBOX_WALK_SCAN},
@@ -691,14 +696,15 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
  *
  * A statement's text for one table: %1$s replaced by its name, %2$s by its
  * row's select list, %3$s by its dead-letter table's name, %K by the ON
- * CONFLICT clause of a dedup_key, and %P<n> by nothing, or on a partitioned
- * table by the range of the ids of the array $<n> (%Q: of the claim's
- * rows).  (Not printf: a
+ * CONFLICT clause of a dedup_key, %T and %U by nothing, or on a table
+ * distributed by Citus by the tenant of a key lookup ($3; of the batch's
+ * keys), and %P<n> by nothing, or on a partitioned table by the range of the
+ * ids of the array $<n> (%Q: of the claim's rows).  (Not printf: a
  * statement need not use every one of them.)
  */
 static char *
 outbox_plan_text(const char *template, const char *name, const char *row_expr,
-				 const char *dead, bool partitioned)
+				 const char *dead, bool partitioned, bool distributed)
 {
 	StringInfoData buf;
 	const char *p;
@@ -713,9 +719,22 @@ outbox_plan_text(const char *template, const char *name, const char *row_expr,
 								   p[1] == '2' ? row_expr : dead);
 			p += 3;
 		}
+		else if (p[0] == '%' && (p[1] == 'T' || p[1] == 'U'))
+		{
+			/* a distributed outbox's keys are its tenants' own */
+			if (distributed)
+				appendStringInfoString(&buf, p[1] == 'T' ?
+									   " AND tenant_id OPERATOR(pg_catalog.=) $3" :
+									   " AND o.tenant_id OPERATOR(pg_catalog.=) u.t");
+			p++;
+		}
 		else if (p[0] == '%' && p[1] == 'K')
 		{
-			appendStringInfoString(&buf, partitioned ?
+			/*
+			 * Partitioned and distributed outboxes have no unique index on
+			 * (recipient, dedup_key) to infer: any conflict is the key's
+			 */
+			appendStringInfoString(&buf, partitioned || distributed ?
 								   OUTBOX_PARTITIONED_KEY_CONFLICT :
 								   OUTBOX_KEY_CONFLICT);
 			p++;
@@ -810,7 +829,8 @@ outbox_plan(OutboxTable *table, OutboxPlanId id)
 	sql = outbox_plan_text(sql_text, outbox_table_name(table),
 						   outbox_table_row_expr(table),
 						   outbox_table_dead_name(table),
-						   outbox_table_partitioned(table));
+						   outbox_table_partitioned(table),
+						   outbox_table_distributed(table));
 
 	/*
 	 * Rows by id of a partitioned outbox (%P, %Q): a custom plan prunes the

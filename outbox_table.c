@@ -36,6 +36,7 @@
 #include "catalog/pg_class.h"
 #include "catalog/pg_depend.h"
 #include "catalog/pg_extension.h"
+#include "catalog/pg_namespace.h"
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
 #include "lib/stringinfo.h"
@@ -79,6 +80,7 @@ struct OutboxTable
 	bool		has_policy;		/* has the delivery policy's columns (1.2) */
 	bool		registered;		/* made or attached: in the registry */
 	bool		partitioned;	/* a partitioned table */
+	bool		distributed;	/* hash-distributed by Citus: rows in shards */
 	char	   *channel;		/* its own channel, or NULL: the GUC's */
 	OutboxPolicy policy;		/* its delivery policy */
 	Oid			dead_relid;		/* its dead-letter table, or InvalidOid */
@@ -99,6 +101,7 @@ static bool outbox_registry_row(Oid relid, char **channel,
 static void outbox_policy_defaults(OutboxPolicy *policy);
 static Oid	outbox_member_table(Oid ext_oid);
 static Oid	outbox_extension_table(void);
+static bool outbox_citus_distributed(Oid relid);
 static void outbox_retire_plan(SPIPlanPtr plan);
 static void outbox_table_free_plans(OutboxTable *table);
 static void outbox_table_evict(OutboxTable *keep);
@@ -322,7 +325,9 @@ outbox_channel_of(Oid relid, char **channel)
  *
  * The OIDs of every outbox of this database, the default one first, then
  * the registry's in the order of its primary key (in CurrentMemoryContext).
- * Needs a transaction; the default outbox must exist.
+ * A table distributed by Citus is left out: its rows are in its shards,
+ * which are the outboxes the worker nodes list.  Needs a transaction; the
+ * default outbox must exist.
  */
 List *
 outbox_table_list(void)
@@ -346,7 +351,7 @@ outbox_table_list(void)
 		if (!isnull && strcmp(TextDatumGetCString(d), "default") == 0)
 			continue;
 		d = heap_getattr(tup, 1, RelationGetDescr(reg), &isnull);
-		if (!isnull)
+		if (!isnull && !outbox_citus_distributed(DatumGetObjectId(d)))
 			result = lappend_oid(result, DatumGetObjectId(d));
 	}
 	systable_endscan(scan);
@@ -386,6 +391,7 @@ outbox_table_entry(Oid relid)
 		outbox_table_clear(table);
 		table->utc = false;
 		table->registered = false;
+		table->distributed = false;
 	}
 	if (!table->valid && !outbox_table_check(table))
 		ereport(ERROR,
@@ -413,6 +419,7 @@ outbox_table_check(OutboxTable *table)
 	char	   *channel = NULL;
 	OutboxPolicy policy;
 	bool		has_policy = get_attnum(table->relid, "not_before") != InvalidAttrNumber;
+	bool		distributed;
 	Oid			dead = InvalidOid;
 	char	   *dead_name = NULL;
 	MemoryContext old;
@@ -424,6 +431,7 @@ outbox_table_check(OutboxTable *table)
 		return false;
 	}
 	name = quote_qualified_identifier(nspname, relname);
+	distributed = outbox_citus_distributed(table->relid);
 
 	registered = outbox_registry_row(table->relid, &channel, &policy, &dead) &&
 		table->relid != outbox_default_relid;
@@ -452,6 +460,7 @@ outbox_table_check(OutboxTable *table)
 		(strcmp(table->name, name) != 0 ||
 		 strcmp(table->row_expr, row_expr) != 0 || table->utc != utc ||
 		 table->has_policy != has_policy ||
+		 table->distributed != distributed ||
 		 (table->dead_name == NULL) != (dead_name == NULL) ||
 		 (dead_name != NULL && strcmp(table->dead_name, dead_name) != 0)))
 		outbox_table_clear(table);
@@ -465,6 +474,7 @@ outbox_table_check(OutboxTable *table)
 		table->row_expr = pstrdup(row_expr);
 		table->utc = utc;
 		table->has_policy = has_policy;
+		table->distributed = distributed;
 		table->dead_name = dead_name != NULL ? pstrdup(dead_name) : NULL;
 		MemoryContextSwitchTo(old);
 	}
@@ -825,6 +835,77 @@ bool
 outbox_table_partitioned(OutboxTable *table)
 {
 	return table->partitioned && table->policy.partition_rows > 0;
+}
+
+/*
+ * Whether the table is distributed by Citus (docs/scale-out.md, Level 2):
+ * the table itself is an empty shell, its rows are in its shards, each an
+ * outbox of its own on the node that holds it.
+ */
+bool
+outbox_table_distributed(OutboxTable *table)
+{
+	return table->distributed;
+}
+
+/*
+ * outbox_relation_distributed
+ *
+ * The same for any relation, outbox or not (a worker node's copy of a
+ * distributed outbox is in no registry there).
+ */
+bool
+outbox_relation_distributed(Oid relid)
+{
+	return outbox_citus_distributed(relid);
+}
+
+/*
+ * outbox_citus_distributed
+ *
+ * Whether Citus's catalog pg_dist_partition has relid as a hash-distributed
+ * table (partmethod 'h').  Read directly, so that the library needs no
+ * symbol of Citus's and works unchanged where Citus is not installed (no
+ * such catalog: false).  Reference tables and Citus's local tables are
+ * left alone: their one shard is queried through Citus like any table.
+ */
+static bool
+outbox_citus_distributed(Oid relid)
+{
+	Oid			catalog = get_relname_relid("pg_dist_partition",
+											PG_CATALOG_NAMESPACE);
+	Relation	rel;
+	SysScanDesc scan;
+	ScanKeyData key;
+	HeapTuple	tuple;
+	bool		result = false;
+
+	if (!OidIsValid(catalog))
+		return false;
+	rel = table_open(catalog, AccessShareLock);
+	/* its first column, logicalrelid, a regclass */
+	if (RelationGetDescr(rel)->natts < 2 ||
+		TupleDescAttr(RelationGetDescr(rel), 0)->atttypid != REGCLASSOID ||
+		TupleDescAttr(RelationGetDescr(rel), 1)->atttypid != CHAROID)
+	{
+		table_close(rel, AccessShareLock);
+		return false;
+	}
+	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(relid));
+	/* a handful of rows, one per distributed table: no index needed */
+	scan = systable_beginscan(rel, InvalidOid, false, NULL, 1, &key);
+	if (HeapTupleIsValid(tuple = systable_getnext(scan)))
+	{
+		bool		isnull;
+		Datum		method = heap_getattr(tuple, 2, RelationGetDescr(rel),
+										  &isnull);
+
+		result = !isnull && DatumGetChar(method) == 'h';
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return result;
 }
 
 const char *

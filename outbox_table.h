@@ -60,6 +60,8 @@ extern const char *outbox_table_channel(OutboxTable *table);
 extern bool outbox_table_has_policy(OutboxTable *table);
 extern const OutboxPolicy *outbox_table_policy(OutboxTable *table);
 extern bool outbox_table_partitioned(OutboxTable *table);
+extern bool outbox_table_distributed(OutboxTable *table);
+extern bool outbox_relation_distributed(Oid relid);
 extern const char *outbox_table_dead_name(OutboxTable *table);
 extern Oid	outbox_table_dead_relid(OutboxTable *table);
 extern SPIPlanPtr *outbox_table_plans(OutboxTable *table);
