@@ -58,6 +58,7 @@ typedef struct OutboxInsertRun
 } OutboxInsertRun;
 
 static uint64 outbox_ack_finish(OutboxTable *t, Datum *values);
+static void outbox_no_tenant(OutboxTable *t);
 static uint64 outbox_ack_internal(OutboxTable *t, Datum ids, Datum recipient,
 								  char recipient_null);
 static bool outbox_insert_as_owner(OutboxTable *t, Datum *values,
@@ -131,6 +132,22 @@ outbox_check_schedule(Datum not_before, bool not_before_null,
  * The trigger validates the row (payload size included) and queues the
  * wake-up (for a row scheduled for later, the worker sends it when due).
  */
+/*
+ * outbox_no_tenant
+ *
+ * A row for distributed outbox t without a tenant_id, by which Citus
+ * places it: 23502, before anything is written.
+ */
+static void
+outbox_no_tenant(OutboxTable *t)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_NOT_NULL_VIOLATION),
+			 errmsg("tenant_id must not be null in distributed outbox %s",
+					outbox_table_name(t)),
+			 errdetail("Citus places each row of a distributed outbox on the node of its tenant_id.")));
+}
+
 Datum
 outbox_enqueue(PG_FUNCTION_ARGS)
 {
@@ -161,6 +178,8 @@ outbox_enqueue(PG_FUNCTION_ARGS)
 						  values[6], nulls[6] == 'n', 0);
 
 	t = outbox_target(fcinfo, 7, ACL_INSERT);
+	if (outbox_table_distributed(t) && nulls[3] == 'n')
+		outbox_no_tenant(t);
 	if (outbox_table_partitioned(t))
 		(void) outbox_partitions_make(t, 1);
 	if (outbox_insert_as_owner(t, values, nulls, &id, &conflict) && !conflict)
@@ -703,6 +722,23 @@ outbox_enqueue_batch(PG_FUNCTION_ARGS)
 	}
 
 	t = outbox_target(fcinfo, 7, ACL_INSERT);
+	if (outbox_table_distributed(t))
+	{
+		if (nulls[3] == 'n' || array_contains_nulls(DatumGetArrayTypeP(values[3])))
+			outbox_no_tenant(t);
+
+		/*
+		 * Citus counts the rows an INSERT ... SELECT ... ON CONFLICT DO
+		 * NOTHING skipped among those it returns, so the ids of a keyed batch
+		 * could not be told apart
+		 */
+		if (keyed)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("a batch with dedup_keys cannot be enqueued into distributed outbox %s",
+							outbox_table_name(t)),
+					 errhint("Enqueue its keyed rows one by one with outbox_enqueue().")));
+	}
 	tupstore = outbox_begin_srf(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
 	if (n[0] == 0)
 		return (Datum) 0;

@@ -74,9 +74,9 @@ outbox_target_columns(FunctionCallInfo fcinfo, int argno, AclMode mode,
 	/*
 	 * A distributed outbox takes its rows through Citus, which routes each
 	 * INSERT to the shard of its tenant_id; everything else works on rows
-	 * already there, in one shard's outbox on the node that holds it
-	 * (Citus cannot claim with SKIP LOCKED across shards, nor lock rows of
-	 * many shards for an ack).  A worker node's copy of the table is in no
+	 * already there, in one shard's outbox on the node that holds it (Citus
+	 * cannot claim with SKIP LOCKED across shards, nor lock rows of many
+	 * shards for an ack).  A worker node's copy of the table is in no
 	 * registry, but it is the same table.
 	 */
 	if ((table != NULL ? outbox_table_distributed(table) :

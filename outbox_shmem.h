@@ -100,10 +100,14 @@ typedef struct OutboxWakeup
 /*
  * Work of a prepared transaction, counted when COMMIT PREPARED succeeds:
  * its database's deltas, and those of the first OUTBOX_PREPARED_TABLES
- * outboxes it touched (more go uncounted per outbox).
+ * outboxes it touched (more go uncounted per outbox); and the wake-ups of
+ * the rows it made pending, which PREPARE TRANSACTION cannot carry (it
+ * refuses a transaction that has queued a NOTIFY) and COMMIT PREPARED
+ * sends.
  */
 #define OUTBOX_MAX_PREPARED		64
 #define OUTBOX_PREPARED_TABLES	4
+#define OUTBOX_PREPARED_WAKEUPS	32
 
 typedef struct OutboxPrepared
 {
@@ -116,6 +120,10 @@ typedef struct OutboxPrepared
 	int			ntables;
 	Oid			relids[OUTBOX_PREPARED_TABLES];
 	int64		table_deltas[OUTBOX_PREPARED_TABLES][OUTBOX_NUM_COUNTERS];
+	/* the wake-ups it owes, sent at COMMIT PREPARED: its first ids... */
+	int			nwakeups;
+	OutboxWakeup wakeups[OUTBOX_PREPARED_WAKEUPS];
+	bool		more_wakeups;	/* ... and more: the last one stands for them */
 } OutboxPrepared;
 
 typedef struct OutboxShared

@@ -626,9 +626,10 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 	[OUTBOX_PLAN_ENQUEUE_BATCH_DEDUP] = {
 		OUTBOX_ENQUEUE_BATCH_SQL(OUTBOX_DEDUP_CONFLICT), OUTBOX_ENQUEUE_BATCH_ARGS
 	},
+
 	/*
-	 * the rows holding the batch's keys, by position: $1 recipients, $2
-	 * keys, $3 tenants (%U: their own keys, in a distributed outbox)
+	 * the rows holding the batch's keys, by position: $1 recipients, $2 keys,
+	 * $3 tenants (%U: their own keys, in a distributed outbox)
 	 */
 	[OUTBOX_PLAN_DEDUP_LOOKUP_BATCH] = {
 		"SELECT u.n, o.id"

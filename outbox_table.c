@@ -41,6 +41,8 @@
 #include "commands/extension.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "parser/parse_func.h"
 #include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
@@ -906,6 +908,40 @@ outbox_citus_distributed(Oid relid)
 	systable_endscan(scan);
 	table_close(rel, AccessShareLock);
 	return result;
+}
+
+/*
+ * outbox_register_local_shards
+ *
+ * On a Citus node, have outbox_register_local_shards() (1.3) make this
+ * node's shards of distributed outboxes outboxes (docs/scale-out.md).  A
+ * no-op without Citus, or with an older version of the extension.  Needs a
+ * transaction; raises what the function raises.
+ */
+void
+outbox_register_local_shards(void)
+{
+	Oid			ext_oid = get_extension_oid(OUTBOX_EXTENSION_NAME, true);
+	Oid			nsp;
+	Oid			argtype = REGCLASSOID;
+	char	   *sql;
+
+	if (!OidIsValid(ext_oid) ||
+		!OidIsValid(get_relname_relid("pg_dist_local_group", PG_CATALOG_NAMESPACE)))
+		return;
+	/* the extension's schema: its own table's (outbox_lock_table checked it) */
+	nsp = get_rel_namespace(outbox_default_table()->relid);
+	if (!OidIsValid(LookupFuncName(list_make2(makeString(get_namespace_name(nsp)),
+											  makeString("outbox_register_local_shards")),
+								   1, &argtype, true)))
+		return;
+	sql = psprintf("SELECT %s.outbox_register_local_shards(NULL)",
+				   quote_identifier(get_namespace_name(nsp)));
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (SPI_execute(sql, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not register this node's shards");
+	SPI_finish();
 }
 
 const char *

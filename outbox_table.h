@@ -62,6 +62,7 @@ extern const OutboxPolicy *outbox_table_policy(OutboxTable *table);
 extern bool outbox_table_partitioned(OutboxTable *table);
 extern bool outbox_table_distributed(OutboxTable *table);
 extern bool outbox_relation_distributed(Oid relid);
+extern void outbox_register_local_shards(void);
 extern const char *outbox_table_dead_name(OutboxTable *table);
 extern Oid	outbox_table_dead_relid(OutboxTable *table);
 extern SPIPlanPtr *outbox_table_plans(OutboxTable *table);

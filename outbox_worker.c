@@ -122,6 +122,8 @@ static TimestampTz sweeper_wake_due(OutboxDatabase *db, TimestampTz now);
 static bool sweeper_guarded(void (*work) (SweeperJob *job), SweeperJob *job,
 							const char *what);
 static void sweeper_step_work(SweeperJob *job);
+static void sweeper_shards(void);
+static void sweeper_shards_work(SweeperJob *job);
 static void sweeper_partitions(void);
 static void sweeper_due_work(SweeperJob *job);
 static void sweeper_rewind_due(TimestampTz from);
@@ -575,15 +577,53 @@ sweeper_guarded(void (*work) (SweeperJob *job), SweeperJob *job,
 		RollbackAndReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(cxt);
 		CurrentResourceOwner = owner;
-		ereport(WARNING,
-				(errmsg("delivery_outbox sweeper: the %s of outbox %s failed: %s",
-						what, outbox_table_name(job->table), edata->message),
-				 errdetail("The other outboxes go on; this one is tried again at the next pass.")));
+		if (job->table == NULL)
+			ereport(WARNING,
+					(errmsg("delivery_outbox sweeper: the %s failed: %s",
+							what, edata->message),
+					 errdetail("It is tried again at the next pass.")));
+		else
+			ereport(WARNING,
+					(errmsg("delivery_outbox sweeper: the %s of outbox %s failed: %s",
+							what, outbox_table_name(job->table), edata->message),
+					 errdetail("The other outboxes go on; this one is tried again at the next pass.")));
 		FreeErrorData(edata);
 		ok = false;
 	}
 	PG_END_TRY();
 	return ok;
+}
+
+/*
+ * sweeper_shards
+ *
+ * On a Citus node, the shards of distributed outboxes held here that are
+ * not outboxes yet become ones (made or moved in since the last pass, or
+ * with changed settings), before the steps sweep them.
+ */
+static void
+sweeper_shards(void)
+{
+	SweeperJob	job = {.table = NULL};
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (outbox_lock_table())
+	{
+		pgstat_report_activity(STATE_RUNNING, "delivery_outbox: shards");
+		(void) sweeper_guarded(sweeper_shards_work, &job, "registration of this node's shards");
+	}
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_activity(STATE_IDLE, NULL);
+}
+
+/* sweeper_shards' work (sweeper_guarded's) */
+static void
+sweeper_shards_work(SweeperJob *job)
+{
+	outbox_register_local_shards();
 }
 
 /*
@@ -837,6 +877,7 @@ sweeper_sweep(OutboxDatabase *db)
 {
 	int			step;
 
+	sweeper_shards();
 	for (step = 0; step < 4; step++)
 	{
 		TimestampTz now;

@@ -55,8 +55,20 @@ typedef struct OutboxXactLevel
 	List	   *tables;			/* OutboxTableDeltas: each outbox's */
 	bool		made_pending;
 	int			nids_at_start;
+	int			nnotify_at_start;
 	struct OutboxXactLevel *parent;
 } OutboxXactLevel;
+
+/*
+ * A wake-up in commit mode, queued for NOTIFY at the transaction's
+ * pre-commit (or stashed at its PREPARE): its row, outbox and channel (NULL:
+ * delivery_outbox.channel).
+ */
+typedef struct OutboxNotifyLater
+{
+	OutboxWakeup wakeup;
+	const char *channel;
+}			OutboxNotifyLater;
 
 /* One outbox's share of a level's deltas. */
 typedef struct OutboxTableDeltas
@@ -73,6 +85,7 @@ static void outbox_publish(OutboxDatabase *db, const int64 *deltas,
 static void outbox_publish_tables(List *tables, const OutboxWakeup *dropped,
 								  int ndropped);
 static void outbox_stash_prepared(OutboxXactLevel *level);
+static void outbox_stash_wakeups(OutboxPrepared *p);
 static void outbox_hint_worker(OutboxDatabase *db, TimestampTz not_before);
 
 /* This transaction's bookkeeping (in TopTransactionContext), see above. */
@@ -80,6 +93,9 @@ static OutboxXactLevel *outbox_xact = NULL;
 static OutboxWakeup *outbox_deferred_ids = NULL;
 static int	outbox_deferred_count = 0;
 static int	outbox_deferred_space = 0;
+static OutboxNotifyLater * outbox_notify_ids = NULL;
+static int	outbox_notify_count = 0;
+static int	outbox_notify_space = 0;
 
 /*
  * A committed transaction's bookkeeping, between its commit and the release
@@ -227,6 +243,47 @@ outbox_wake(int64 id, Oid relid, const char *channel)
 	/* a table whose triggers name no channel may have one in the registry */
 	if (channel == NULL && outbox_channel_lookup != NULL)
 		channel = outbox_channel_lookup(relid);
+
+	/*
+	 * With the library preloaded, the NOTIFY waits for the transaction's
+	 * pre-commit (outbox_xact_callback): a transaction that is prepared
+	 * instead (two-phase commit: Citus's, across worker nodes) must not have
+	 * queued one, which PREPARE TRANSACTION refuses, and sends its wake-ups
+	 * at COMMIT PREPARED.
+	 */
+	if (outbox_shared != NULL)
+	{
+		OutboxNotifyLater *later;
+
+		if (outbox_notify_count == outbox_notify_space)
+		{
+			int			space = Max(64, outbox_notify_space * 2);
+
+			if (outbox_notify_ids == NULL)
+				outbox_notify_ids =
+					MemoryContextAlloc(TopTransactionContext,
+									   sizeof(OutboxNotifyLater) * space);
+			else
+				outbox_notify_ids = repalloc(outbox_notify_ids,
+											 sizeof(OutboxNotifyLater) * space);
+			outbox_notify_space = space;
+		}
+		later = &outbox_notify_ids[outbox_notify_count];
+		later->wakeup.id = id;
+		later->wakeup.relid = relid;
+		/* one copy of a channel for a run of rows on it */
+		if (channel == NULL)
+			later->channel = NULL;
+		else if (outbox_notify_count > 0 &&
+				 outbox_notify_ids[outbox_notify_count - 1].channel != NULL &&
+				 strcmp(outbox_notify_ids[outbox_notify_count - 1].channel,
+						channel) == 0)
+			later->channel = outbox_notify_ids[outbox_notify_count - 1].channel;
+		else
+			later->channel = MemoryContextStrdup(TopTransactionContext, channel);
+		outbox_notify_count++;
+		return;
+	}
 	outbox_notify(id, relid, channel);
 }
 
@@ -330,6 +387,7 @@ outbox_level(void)
 									   sizeof(OutboxXactLevel));
 		level->nest_level = nest_level;
 		level->nids_at_start = outbox_deferred_count;
+		level->nnotify_at_start = outbox_notify_count;
 		level->parent = outbox_xact;
 		outbox_xact = level;
 	}
@@ -380,6 +438,7 @@ outbox_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	else if (event == SUBXACT_EVENT_ABORT_SUB)
 	{
 		outbox_deferred_count = level->nids_at_start;
+		outbox_notify_count = level->nnotify_at_start;
 		outbox_xact = level->parent;
 	}
 }
@@ -400,6 +459,22 @@ outbox_xact_callback(XactEvent event, void *arg)
 	OutboxXactLevel *level = outbox_xact;
 
 	outbox_committed = NULL;
+
+	/*
+	 * Commit mode's wake-ups, queued now for async.c, which sends them at
+	 * commit (PreCommit_Notify comes after these callbacks)
+	 */
+	if (event == XACT_EVENT_PRE_COMMIT || event == XACT_EVENT_PARALLEL_PRE_COMMIT)
+	{
+		int			i;
+
+		for (i = 0; i < outbox_notify_count; i++)
+			outbox_notify(outbox_notify_ids[i].wakeup.id,
+						  outbox_notify_ids[i].wakeup.relid,
+						  outbox_notify_ids[i].channel);
+		outbox_notify_count = 0;
+		return;
+	}
 	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT)
 	{
 		int			i;
@@ -441,6 +516,9 @@ outbox_xact_callback(XactEvent event, void *arg)
 			outbox_deferred_ids = NULL;
 			outbox_deferred_count = 0;
 			outbox_deferred_space = 0;
+			outbox_notify_ids = NULL;
+			outbox_notify_count = 0;
+			outbox_notify_space = 0;
 			outbox_prepare_gid[0] = '\0';
 			break;
 		default:
@@ -643,9 +721,38 @@ outbox_stash_prepared(OutboxXactLevel *level)
 			memcpy(p->table_deltas[p->ntables], t->deltas, sizeof(t->deltas));
 			p->ntables++;
 		}
+		outbox_stash_wakeups(p);
 		break;
 	}
 	SpinLockRelease(&outbox_shared->mutex);
+}
+
+/*
+ * outbox_stash_wakeups
+ *
+ * The wake-ups a prepared transaction owes, both modes' (a deferred one
+ * cannot wait in the worker's ring for a commit that may never come), into
+ * its entry p: the first ones, and with more the last as well, which wakes
+ * the relays that drain the others.  Called with the mutex held.
+ */
+static void
+outbox_stash_wakeups(OutboxPrepared *p)
+{
+	int			total = outbox_notify_count + outbox_deferred_count;
+	int			i;
+
+	p->nwakeups = 0;
+	p->more_wakeups = total > OUTBOX_PREPARED_WAKEUPS;
+	for (i = 0; i < total && p->nwakeups < OUTBOX_PREPARED_WAKEUPS; i++)
+	{
+		/* with more than fit, the last slot takes the very last one */
+		int			j = (p->more_wakeups &&
+						 p->nwakeups == OUTBOX_PREPARED_WAKEUPS - 1) ? total - 1 : i;
+
+		p->wakeups[p->nwakeups++] = j < outbox_notify_count ?
+			outbox_notify_ids[j].wakeup :
+			outbox_deferred_ids[j - outbox_notify_count];
+	}
 }
 
 /*
@@ -702,6 +809,21 @@ outbox_finish_prepared(const char *gid, bool commit)
 			outbox_publish_tables(tables, NULL, 0);
 			if (found.scheduled)
 				outbox_hint_worker(db, found.scheduled_min);
+		}
+	}
+
+	/*
+	 * The wake-ups it owes, sent when this statement's own transaction
+	 * commits, just after (the prepared one has committed already)
+	 */
+	if (have && commit)
+	{
+		for (i = 0; i < found.nwakeups; i++)
+		{
+			const char *channel = outbox_channel_lookup != NULL ?
+				outbox_channel_lookup(found.wakeups[i].relid) : NULL;
+
+			outbox_notify(found.wakeups[i].id, found.wakeups[i].relid, channel);
 		}
 	}
 }
