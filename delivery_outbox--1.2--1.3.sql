@@ -264,11 +264,11 @@ REVOKE ALL ON FUNCTION outbox_placements(regclass, regclass) FROM PUBLIC;
 --
 -- outbox_share_settings(tbl): distributed outbox tbl's settings (its
 -- registry row) written to delivery_outbox_distributed, made first (a
--- reference table) where missing; then every worker node registers its
--- shards of it (outbox_register_local_shards), as far as it sees them
--- yet: shards made by the calling transaction, not committed, are
--- registered by each node's background worker at its next sweep, or by
--- the first outbox_shards() there.  Not for direct use.
+-- reference table) where missing.  Each node registers its shards once
+-- the calling transaction has committed (outbox_register_local_shards: its
+-- background worker at its next sweep, or the first outbox_shards()
+-- there; not before: the shards a transaction makes, and its writes, are
+-- invisible to any other).  Not for direct use.
 --
 CREATE FUNCTION outbox_share_settings(tbl regclass)
 RETURNS void
@@ -277,7 +277,6 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     reg record;
-    res record;
 BEGIN
     IF to_regclass('@extschema@.delivery_outbox_distributed') IS NULL THEN
         CREATE TABLE @extschema@.delivery_outbox_distributed (
@@ -304,22 +303,31 @@ BEGIN
            max_attempts = excluded.max_attempts, backoff_base = excluded.backoff_base,
            backoff_max = excluded.backoff_max, ttl = excluded.ttl,
            retain_acked = excluded.retain_acked;
-    -- a node that fails here registers at its next sweep: not an error
-    FOR res IN EXECUTE
-        'SELECT nodename, nodeport, success, result'
-        '  FROM pg_catalog.run_command_on_workers($1)'
-        USING format('SELECT %I.outbox_register_local_shards()', '@extschema@')
-    LOOP
-        IF NOT res.success THEN
-            RAISE WARNING 'node %:% did not register its shards of % yet', res.nodename,
-                          res.nodeport, tbl
-                USING DETAIL = res.result;
-        END IF;
-    END LOOP;
 END
 $$;
 
 REVOKE ALL ON FUNCTION outbox_share_settings(regclass) FROM PUBLIC;
+
+-- A distributed outbox's settings changed (outbox_configure()): shared
+-- with the nodes, which apply them at their next sweep.
+CREATE FUNCTION outbox_registry_changed()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NEW.origin <> 'shard' AND @extschema@.outbox_distributed(NEW.outbox) THEN
+        PERFORM @extschema@.outbox_share_settings(NEW.outbox);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+REVOKE ALL ON FUNCTION outbox_registry_changed() FROM PUBLIC;
+
+CREATE TRIGGER delivery_outbox_registry_changed
+    AFTER UPDATE ON delivery_outbox_registry
+    FOR EACH ROW EXECUTE FUNCTION outbox_registry_changed();
 
 --
 -- outbox_distribute(tbl, colocate_with, shard_count): distribute outbox
@@ -334,9 +342,8 @@ REVOKE ALL ON FUNCTION outbox_share_settings(regclass) FROM PUBLIC;
 -- own inserts from its range of it.  Each node makes its shards outboxes
 -- once this commits (outbox_register_local_shards: at its worker's next
 -- sweep, or at the first outbox_shards() there).  Called again on a
--- distributed outbox, it shares its settings afresh and has every node
--- register its shards now (after a rebalance, a shard move, or
--- outbox_configure()), and changes nothing else.  Returns each shard and
+-- distributed outbox, it shares its settings afresh and changes nothing
+-- else.  Returns each shard and
 -- its node.  The caller must own the table.  Ordered and partitioned
 -- outboxes are refused (0A000).
 --
