@@ -79,7 +79,8 @@ GRANT EXECUTE ON FUNCTION
     outbox_reclaim_recipient(text, text, regclass),
     outbox_replay(text, bigint, integer, text, regclass),
     outbox_horizon(regclass),
-    outbox_wait(interval, text, regclass)
+    outbox_wait(interval, text, regclass),
+    outbox_shards(regclass)
   TO regress_attack_relays;
 GRANT EXECUTE ON FUNCTION outbox_stats(regclass) TO regress_attack_monitors;
 GRANT EXECUTE ON FUNCTION
@@ -91,7 +92,8 @@ GRANT EXECUTE ON FUNCTION
     outbox_attach(regclass, text),
     outbox_detach(regclass),
     outbox_configure(regclass, text, integer, interval, interval, interval, boolean, interval),
-    outbox_partition(regclass, bigint)
+    outbox_partition(regclass, bigint),
+    outbox_distribute(regclass, regclass, integer)
   TO regress_attack_admins;
 
 CREATE ROLE regress_attack_owner;
@@ -492,7 +494,13 @@ INSERT INTO regress_attack_steps (n, caller, step, pick, call) VALUES
   $$SELECT outbox_configure(%1$L, retain_acked => '0') IS NOT NULL$$),
  (54, 'relay', 'outbox_ack_claim deletes', $$SELECT array_agg(id) FROM %1$s
         WHERE delivery_state = 'delivered'$$,
-  $$SELECT count(*) FROM outbox_ack_claim(%2$L::bigint[], 10, outbox => %1$L)$$);
+  $$SELECT count(*) FROM outbox_ack_claim(%2$L::bigint[], 10, outbox => %1$L)$$),
+ -- Citus's entry points, on a server without it: refused or empty, and
+ -- nothing of the table's code runs
+ (55, 'owner', 'outbox_distribute', NULL,
+  $$SELECT count(*) FROM outbox_distribute(%1$L)$$),
+ (56, 'relay', 'outbox_shards', NULL,
+  $$SELECT count(*) FROM outbox_shards(%1$L)$$);
 -- a partitioned outbox cannot be detached and attached again
 UPDATE regress_attack_steps SET plain_only = true WHERE n IN (42, 43);
 
@@ -616,6 +624,11 @@ SELECT outbox_run_as_owner('regress_attack.plain_o', 'ALTER ROLE regress_attack_
 SELECT outbox_grant_triggers('regress_attack.plain_o');
 SELECT outbox_make_indexes('regress_attack.plain_o');
 SELECT outbox_invalidate('regress_attack.plain_o');
+SELECT outbox_register_local_shards();
+SELECT outbox_share_settings('regress_attack.plain_o');
+SELECT outbox_distributed('regress_attack.plain_o');
+SELECT * FROM outbox_shard_of('regress_attack.plain_o');
+SELECT * FROM outbox_placements('regress_attack.plain_o', 'regress_attack.plain_o_dead');
 RESET ROLE;
 SET ROLE regress_attack_relay;
 SELECT outbox_run_as_owner('regress_attack.plain_r', 'SELECT 1');

@@ -24,7 +24,8 @@
 #   deferred falls back to commit-mode notifications from the producer;
 # - ids handed over while the worker is down (terminated, restarting) are
 #   sent by its successor;
-# - PREPARE TRANSACTION works in deferred mode; its wake-ups are dropped;
+# - PREPARE TRANSACTION works in deferred mode; COMMIT PREPARED sends its
+#   wake-ups, ROLLBACK PREPARED none;
 # - with handover_size = 1024, one transaction of 1500 rows commits, keeps
 #   every row, sends the first 1024 ids, and counts 476 in
 #   handover_dropped; afterwards wake-ups flow again.
@@ -393,12 +394,17 @@ is(join(',', wait_heard($relay, 1)), "$down_id\@$new_pid",
 $pid = $new_pid;
 
 #
-# PREPARE TRANSACTION works in deferred mode; its wake-ups are dropped.
+# PREPARE TRANSACTION works in deferred mode; its wake-ups cannot wait in
+# the worker's ring for a commit that may never come: COMMIT PREPARED sends
+# them (1.3), ROLLBACK PREPARED none.
 #
-$producer->query_safe(
+my $prep_out = $producer->query_safe(
 	q{BEGIN;
 SELECT outbox_enqueue('agent:2pc', 'work', '\x01');
 PREPARE TRANSACTION 'p1';});
+my ($prep_id) = $prep_out =~ /^(\d+)$/m;
+@got = until_sentinel($relay);
+is(ids_before_sentinel(@got), '', 'a prepared enqueue wakes nobody yet');
 $node->safe_psql('postgres', q{COMMIT PREPARED 'p1'});
 is( $node->safe_psql(
 		'postgres',
@@ -406,7 +412,16 @@ is( $node->safe_psql(
 	'1',
 	'a prepared and committed enqueue keeps its row');
 @got = until_sentinel($relay);
-is(ids_before_sentinel(@got), '', 'its wake-up is dropped (relays drain)');
+is(ids_before_sentinel(@got), $prep_id,
+	'COMMIT PREPARED sends its wake-up, the id alone');
+isnt((split /\@/, $got[0])[1], $pid, '... from the committing session, not the worker');
+$producer->query_safe(
+	q{BEGIN;
+SELECT outbox_enqueue('agent:2pc', 'work', '\x02');
+PREPARE TRANSACTION 'p2';});
+$node->safe_psql('postgres', q{ROLLBACK PREPARED 'p2'});
+@got = until_sentinel($relay);
+is(ids_before_sentinel(@got), '', 'ROLLBACK PREPARED sends none');
 $producer->quit;
 $relay->quit;
 
