@@ -31,10 +31,11 @@
 #               postgres_exporter queries
 #   console     console/test.sh: the operator's console in chromium
 #               (OUTBOX_CONSOLE_TEST=0 skips it)
-#   citus       t/026_citus.pl on a coordinator and two workers, under a
+#   citus       t/026_citus.pl (Level 1) and t/027_citus_distributed.pl
+#               (Level 2) on a coordinator and two workers, under a
 #               copy of the installation with Citus (scripts/citus.sh
 #               builds it once from the vendored tarball, 6-7.5 min, then
-#               cached; the suite itself about 40 s; a skip without the
+#               cached; the suite itself about 80 s; a skip without the
 #               tarball; OUTBOX_CITUS_TEST=0 skips it); on 18 too
 #   [18]        regress, isolation, TAP and examples again on PostgreSQL 18
 #               (scripts/pg18.sh builds it once into a cached prefix;
@@ -443,7 +444,8 @@ fi
 
 # --- Citus -----------------------------------------------------------------
 # t/026_citus.pl: Level 1 on Citus (a coordinator and two workers on
-# loopback, the outbox local on the coordinator, orders distributed), under
+# loopback, the outbox local on the coordinator, orders distributed), and
+# t/027_citus_distributed.pl: Level 2 (the outbox distributed with them), under
 # a copy of this PostgreSQL installation that has Citus in it: PostgreSQL 15
 # loads extensions only from its own sharedir, and the system's must stay
 # as it is.  scripts/citus.sh builds Citus from the vendored tarball once
@@ -461,7 +463,7 @@ citus_suite()
         return 0
     fi
     [ -f "$OUTBOX_SRC/t/026_citus.pl" ] || return 0
-    log "suite: citus$TAG (scripts/citus.sh, t/026_citus.pl)"
+    log "suite: citus$TAG (scripts/citus.sh, t/026_citus.pl, t/027_citus_distributed.pl)"
     start=$(date +%s)
     cfg=$(as_root bash "$OUTBOX_TOP/scripts/citus.sh" --copy "$OUTBOX_WORK/citus-pg$SFX" \
         "$PG_CONFIG" 2>"$OUTBOX_WORK/citus-build$SFX.log" | tail -n 1)
@@ -482,10 +484,11 @@ citus_suite()
         saved_bindir=$PG_BINDIR
         PG_CONFIG=$cfg
         PG_BINDIR=$("$PG_CONFIG" --bindir)
-        run_suite "citus$SFX" -- REGRESS= ISOLATION= PROVE_TESTS=t/026_citus.pl PROVE_FLAGS=-v
+        run_suite "citus$SFX" -- REGRESS= ISOLATION= \
+            PROVE_TESTS="t/026_citus.pl t/027_citus_distributed.pl" PROVE_FLAGS=-v
         record_tap "citus$TAG" "citus$SFX"
         if [ "$(count_tap "$OUTBOX_WORK/citus$SFX.out" | cut -d' ' -f2)" != 0 ]; then
-            for logf in "$OUTBOX_SRC"/tmp_check/log/*026_citus*; do
+            for logf in "$OUTBOX_SRC"/tmp_check/log/*02[67]_citus*; do
                 [ -f "$logf" ] && show_file "$logf" 200
             done
         fi
