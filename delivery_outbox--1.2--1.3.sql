@@ -309,7 +309,8 @@ $$;
 REVOKE ALL ON FUNCTION outbox_share_settings(regclass) FROM PUBLIC;
 
 -- A distributed outbox's settings changed (outbox_configure()): shared
--- with the nodes, which apply them at their next sweep.
+-- with the nodes, which apply them at their next sweep; ordered delivery
+-- refused (0A000).
 CREATE FUNCTION outbox_registry_changed()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -317,6 +318,11 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF NEW.origin <> 'shard' AND @extschema@.outbox_distributed(NEW.outbox) THEN
+        IF NEW.ordered THEN
+            RAISE EXCEPTION 'a distributed outbox cannot be ordered'
+                USING ERRCODE = 'feature_not_supported',
+                      DETAIL = format('Outbox %s is distributed by Citus: ordered claims read one index of the whole table, and it has one per shard.', NEW.outbox);
+        END IF;
         PERFORM @extschema@.outbox_share_settings(NEW.outbox);
     END IF;
     RETURN NULL;

@@ -388,6 +388,14 @@ for my $w ($w1, $w2)
 SELECT bool_and(max_attempts = 7) FROM delivery_outbox_registry WHERE origin = 'shard'}),
 		$w->name . ': outbox_configure() on the coordinator reaches its shards');
 }
+($rc, $out, $err) = owner_sql($coord, q{
+\set VERBOSITY sqlstate
+SELECT outbox_configure('app.ob', ordered => true);
+}, on_error_stop => 0);
+like($err, qr/ERROR:  0A000/, 'a distributed outbox cannot be made ordered: 0A000');
+is($coord->safe_psql('postgres',
+		"SELECT ordered FROM delivery_outbox_registry WHERE outbox = 'app.ob'::regclass"),
+	'f', '... and stays unordered');
 drain_node($w2);
 
 ###########################################################################
