@@ -212,8 +212,8 @@ outbox_wake(int64 id, Oid relid, const char *channel)
 {
 	OutboxDatabase *db;
 
-	if (outbox_shared != NULL)
-		outbox_level()->made_pending = true;
+	/* a level for every wake-up: an aborted subtransaction drops its own */
+	outbox_level()->made_pending = true;
 
 	if (outbox_notify_mode == OUTBOX_NOTIFY_OFF)
 		return;
@@ -245,13 +245,13 @@ outbox_wake(int64 id, Oid relid, const char *channel)
 		channel = outbox_channel_lookup(relid);
 
 	/*
-	 * With the library preloaded, the NOTIFY waits for the transaction's
-	 * pre-commit (outbox_xact_callback): a transaction that is prepared
-	 * instead (two-phase commit: Citus's, across worker nodes) must not have
-	 * queued one, which PREPARE TRANSACTION refuses, and sends its wake-ups
-	 * at COMMIT PREPARED.
+	 * The NOTIFY waits for the transaction's pre-commit
+	 * (outbox_xact_callback): a transaction that is prepared instead
+	 * (two-phase commit: Citus's, across worker nodes) must not have queued
+	 * one, which PREPARE TRANSACTION refuses; it sends its wake-ups at COMMIT
+	 * PREPARED (with the library preloaded, from shared memory; without, they
+	 * are dropped and relays drain).
 	 */
-	if (outbox_shared != NULL)
 	{
 		OutboxNotifyLater *later;
 
@@ -282,9 +282,7 @@ outbox_wake(int64 id, Oid relid, const char *channel)
 		else
 			later->channel = MemoryContextStrdup(TopTransactionContext, channel);
 		outbox_notify_count++;
-		return;
 	}
-	outbox_notify(id, relid, channel);
 }
 
 /*

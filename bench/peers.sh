@@ -30,6 +30,10 @@
 #   outbox_coalesce   the same, the outbox_ack_claim chain run across
 #                     wake-ups: a short batch is acked with the next claim, at
 #                     the next wake-up or 5 ms later (relay.c's "coalesce")
+#   outbox_split      four outboxes, each with its own channel and one relay
+#                     (outbox_ack_claim, async), the producers routing by
+#                     recipient (r % 4), as PgQ's four queues: a wake-up
+#                     reaches one relay, not four (own database)
 #   pgq               4 queues, one pgq_consumer each, pgqd ticking every 100 ms
 #   graphile          one graphile-worker, concurrency 4
 #   pgboss            one pg-boss, work() batchSize 100 x localConcurrency 4
@@ -64,7 +68,7 @@ else
 fi
 PEERS_TA=$(( (PEERS_T + 1) / 2 ))
 PEERS_COALESCE_MS=${PEERS_COALESCE_MS:-5}
-PEERS_SYSTEMS=${PEERS_SYSTEMS:-"outbox outbox_ackclaim outbox_ackclaim_async outbox_coalesce pgq graphile pgboss"}
+PEERS_SYSTEMS=${PEERS_SYSTEMS:-"outbox outbox_ackclaim outbox_ackclaim_async outbox_coalesce outbox_split pgq graphile pgboss"}
 PEERS_RATE=${PEERS_RATE:-500}
 PEERS_CLIENTS=8
 PEERS_OUTBOX_NOTIFY=${PEERS_OUTBOX_NOTIFY:-deferred}
@@ -94,6 +98,7 @@ now_ts() { bsql "$1" "SELECT clock_timestamp()"; }
 db_of()
 {
     case $1 in
+        outbox_split) echo peers_outbox_split ;;
         outbox*) echo peers_outbox ;;
         *) echo "peers_$1" ;;
     esac
@@ -104,6 +109,8 @@ db_of()
 done_sql()
 {
     case $1 in
+        outbox_split) echo "SELECT id::text AS id, created_at AS created, acked_at AS done
+                         FROM split_all WHERE delivery_state = 'acked'" ;;
         outbox*) echo "SELECT id::text AS id, created_at AS created, acked_at AS done
                          FROM delivery_outbox WHERE delivery_state = 'acked'" ;;
         pgq|graphile) echo "SELECT queue || ':' || id AS id, created_at AS created, done_at AS done
@@ -117,6 +124,7 @@ done_sql()
 pending_sql()
 {
     case $1 in
+        outbox_split) echo "SELECT count(*) FROM split_all WHERE delivery_state <> 'acked'" ;;
         outbox*) echo "SELECT count(*) FROM delivery_outbox WHERE delivery_state <> 'acked'" ;;
         pgq|graphile) echo "SELECT (SELECT count(*) FROM orders) - (SELECT count(*) FROM peers_done)" ;;
         pgboss) echo "SELECT count(*) FROM pgboss.job WHERE name = 'peers' AND state <> 'completed'" ;;
@@ -126,6 +134,7 @@ pending_sql()
 script_of()
 {
     case $1 in
+        outbox_split) echo "$PEERS_DIR/produce_outbox_split.sql" ;;
         outbox*) echo "$PEERS_DIR/produce_outbox.sql" ;;
         pgq) echo "$PEERS_DIR/produce_pgq.sql" ;;
         graphile) echo "$PEERS_DIR/produce_graphile.sql" ;;
@@ -170,10 +179,12 @@ start_consumers()
         outbox_ackclaim) flags=(ackclaim) ;;
         outbox_ackclaim_async) flags=(ackclaim async) ;;
         outbox_coalesce) flags=(ackclaim async coalesce) ;;
+        outbox_split) flags=(ackclaim async) ;;
     esac
     for i in 0 1 2 3; do
         out=$RAW/consumer.$tag.$i.out
         case $sys in
+            outbox_split) as_user_bg env PGDATABASE="$db" RELAY_OUTBOX="peers.q$i" "$OUTBOX_WORK/relay" relay "peers_q$i" "${flags[@]}" ;;
             outbox*) as_user_bg env PGDATABASE="$db" RELAY_COALESCE_MS="$PEERS_COALESCE_MS" "$OUTBOX_WORK/relay" relay delivery_outbox "${flags[@]}" ;;
             pgq) as_user_bg env PGDATABASE="$db" "$OUTBOX_WORK/pgq_consumer" "peers_q$i" peers_c "$PEERS_PGQ_POLL_MS" ;;
             graphile) as_user_bg env PGDATABASE="$db" PEERS_NODE_MODULES="$PEERS_NPM_DIR/node_modules" \
@@ -314,7 +325,7 @@ run_system()
 {
     local sys=$1 r=$2
     # a: once per database (the outbox variants share it)
-    case $sys in outbox|pgq|graphile|pgboss) run_a "$sys" "$r" ;; esac
+    case $sys in outbox|outbox_split|pgq|graphile|pgboss) run_a "$sys" "$r" ;; esac
     [ "$sys" = pgq ] && start_pgqd
     if ! start_consumers "$sys" "$sys.r$r"; then
         record b "$sys" "$r" "" "" "" "" "" "consumers did not start"
@@ -345,6 +356,11 @@ check_system()
                    count(*) FILTER (WHERE delivery_attempts > 1),
                    count(*) FILTER (WHERE delivery_state <> 'acked')
               FROM delivery_outbox" ;;
+        outbox_split) bsql "$db" "
+            SELECT (SELECT count(*) FROM orders), count(*) FILTER (WHERE delivery_state = 'acked'),
+                   count(*) FILTER (WHERE delivery_attempts > 1),
+                   count(*) FILTER (WHERE delivery_state <> 'acked')
+              FROM split_all" ;;
         pgq) bsql "$db" "
             SELECT (SELECT count(*) FROM orders), count(DISTINCT (queue, id)),
                    count(*) - count(DISTINCT (queue, id)),
@@ -418,7 +434,7 @@ min_wal_size = 1GB
 checkpoint_timeout = 1h
 log_autovacuum_min_duration = -1
 shared_preload_libraries = 'delivery_outbox'
-delivery_outbox.database = 'peers_outbox'
+delivery_outbox.database = 'peers_outbox, peers_outbox_split'
 delivery_outbox.notify = '$PEERS_OUTBOX_NOTIFY'"
 outbox_start_cluster
 
@@ -427,7 +443,7 @@ ORDERS_SQL="CREATE TABLE orders (id bigserial PRIMARY KEY, customer int NOT NULL
                                  created_at timestamptz NOT NULL DEFAULT now())"
 AVAILABLE=()
 declare -A NOTE=()
-for db in peers_outbox peers_pgq peers_graphile peers_pgboss; do
+for db in peers_outbox peers_outbox_split peers_pgq peers_graphile peers_pgboss; do
     as_user createdb "$db" || die "createdb $db failed"
     bsql "$db" "$ORDERS_SQL" >/dev/null || die "creating orders in $db failed"
 done
@@ -436,6 +452,13 @@ bsql peers_outbox "CREATE EXTENSION delivery_outbox" >/dev/null || die "CREATE E
 EXT_VERSION=$(bsql peers_outbox "SELECT extversion FROM pg_extension WHERE extname = 'delivery_outbox'")
 HAVE_ACKCLAIM=no
 [ "$(bsql peers_outbox "SELECT EXISTS (SELECT FROM pg_proc WHERE proname = 'outbox_ack_claim')")" = t ] && HAVE_ACKCLAIM=yes
+# outbox_split: four outboxes peers.q0..q3, channels peers_q0..3, and a
+# view of the four for the window's statistics and the final check
+bsql peers_outbox_split "CREATE EXTENSION delivery_outbox; CREATE SCHEMA peers;
+    SELECT outbox_create('peers', 'q' || i, channel => 'peers_q' || i) FROM generate_series(0, 3) i;
+    CREATE VIEW split_all AS SELECT * FROM peers.q0 UNION ALL SELECT * FROM peers.q1
+        UNION ALL SELECT * FROM peers.q2 UNION ALL SELECT * FROM peers.q3" >/dev/null \
+    || die "making the outbox_split outboxes failed"
 
 HAVE_PGQ=no
 if bsql peers_pgq "CREATE EXTENSION pgq" >/dev/null 2>&1 && command -v pgqd >/dev/null; then
@@ -490,12 +513,13 @@ fi
     NOTE[outbox_ackclaim]="not available: no outbox_ack_claim (extension $EXT_VERSION)"
     NOTE[outbox_ackclaim_async]=${NOTE[outbox_ackclaim]}
     NOTE[outbox_coalesce]=${NOTE[outbox_ackclaim]}
+    NOTE[outbox_split]=${NOTE[outbox_ackclaim]}
 }
 
 for sys in $PEERS_SYSTEMS; do
     case $sys in
         outbox) ;;
-        outbox_ackclaim|outbox_ackclaim_async|outbox_coalesce) [ "$HAVE_ACKCLAIM" = yes ] || continue ;;
+        outbox_ackclaim|outbox_ackclaim_async|outbox_coalesce|outbox_split) [ "$HAVE_ACKCLAIM" = yes ] || continue ;;
         pgq) [ "$HAVE_PGQ" = yes ] || continue ;;
         graphile) [ "$HAVE_GRAPHILE" = yes ] || continue ;;
         pgboss) [ "$HAVE_PGBOSS" = yes ] || continue ;;
@@ -539,7 +563,7 @@ done
 # ---------------------------------------------------------------------------
 
 declare -A CHECK=()
-for sys in outbox pgq graphile pgboss; do
+for sys in outbox outbox_split pgq graphile pgboss; do
     case " ${AVAILABLE[*]} " in *" $sys "*) CHECK[$sys]=$(check_system "$sys") ;; esac
 done
 

@@ -45,7 +45,9 @@
  *		while busy: after a short batch the relay waits RELAY_COALESCE_MS
  *		(default 5) and then acks it and claims what arrived meanwhile in
  *		one call; an idle relay calls at once on a wake-up (see
- *		run_relay_coalesce).  Used by bench/peers.sh.
+ *		run_relay_coalesce).  RELAY_OUTBOX, when set, names the outbox the
+ *		relay claims from and acks to (outbox => ...; default the
+ *		extension's own).  Used by bench/peers.sh.
  *
  * Exit status 1 on a connection or query error (message on stderr).
  *
@@ -71,6 +73,9 @@
 #define MAX_SENDERS	64			/* listen: distinct sending backends counted */
 
 static volatile sig_atomic_t stop_requested = 0;
+
+/* RELAY_OUTBOX: the outbox of a relay's calls, NULL for the default one */
+static const char *relay_outbox = NULL;
 
 static void
 on_stop(int signo)
@@ -237,11 +242,13 @@ drain_once(PGconn *conn, long *claimed, long *acked)
 {
 	PGresult   *res;
 	int			nrows;
-	const char *param[1];
+	const char *param[2];
 
-	res = PQexec(conn,
-				 "SELECT coalesce(pg_catalog.array_agg(id ORDER BY id), '{}')::text,"
-				 " pg_catalog.count(*) FROM outbox_claim(100)");
+	param[0] = relay_outbox;
+	res = PQexecParams(conn,
+					   "SELECT coalesce(pg_catalog.array_agg(id ORDER BY id), '{}')::text,"
+					   " pg_catalog.count(*) FROM outbox_claim(100, outbox => $1::regclass)",
+					   1, NULL, param, NULL, NULL, 0);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		die_conn(conn, "outbox_claim failed");
 	nrows = atoi(PQgetvalue(res, 0, 1));
@@ -254,10 +261,11 @@ drain_once(PGconn *conn, long *claimed, long *acked)
 
 	/* here a real relay pushes the rows to their recipients */
 	param[0] = PQgetvalue(res, 0, 0);
+	param[1] = relay_outbox;
 	{
 		PGresult   *ack = PQexecParams(conn,
-									   "SELECT outbox_ack($1::bigint[])",
-									   1, NULL, param, NULL, NULL, 0);
+									   "SELECT outbox_ack($1::bigint[], outbox => $2::regclass)",
+									   2, NULL, param, NULL, NULL, 0);
 
 		if (PQresultStatus(ack) != PGRES_TUPLES_OK)
 			die_conn(conn, "outbox_ack failed");
@@ -278,15 +286,16 @@ ackclaim_call(PGconn *conn, char **ids, long *claimed, long *acked,
 			  int *previous)
 {
 	PGresult   *res;
-	const char *param[1];
+	const char *param[2];
 	int			nrows;
 
 	param[0] = *ids != NULL ? *ids : "{}";
+	param[1] = relay_outbox;
 	res = PQexecParams(conn,
 					   "SELECT coalesce(pg_catalog.array_agg(id ORDER BY id), '{}')::text,"
 					   " pg_catalog.count(*)"
-					   " FROM outbox_ack_claim($1::bigint[], 100)",
-					   1, NULL, param, NULL, NULL, 0);
+					   " FROM outbox_ack_claim($1::bigint[], 100, outbox => $2::regclass)",
+					   2, NULL, param, NULL, NULL, 0);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		die_conn(conn, "outbox_ack_claim failed");
 	*acked += *previous;
@@ -490,6 +499,7 @@ main(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGUSR1, &sa, NULL);
+	relay_outbox = getenv("RELAY_OUTBOX");
 
 	if (argc == 6 && strcmp(argv[1], "listen") == 0)
 		return run_listen(argv[2], argv[3], argv[4],
