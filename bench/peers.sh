@@ -34,6 +34,10 @@
 #                     (outbox_ack_claim, async), the producers routing by
 #                     recipient (r % 4), as PgQ's four queues: a wake-up
 #                     reaches one relay, not four (own database)
+#   outbox_del        outbox_ackclaim_async's relays on an outbox that keeps
+#                     no acked row (retain_acked '0': the ack deletes), its
+#                     completions recorded by an AFTER DELETE trigger into
+#                     peers_done, as graphile's are (own database)
 #   pgq               4 queues, one pgq_consumer each, pgqd ticking every 100 ms
 #   graphile          one graphile-worker, concurrency 4
 #   pgboss            one pg-boss, work() batchSize 100 x localConcurrency 4
@@ -68,7 +72,7 @@ else
 fi
 PEERS_TA=$(( (PEERS_T + 1) / 2 ))
 PEERS_COALESCE_MS=${PEERS_COALESCE_MS:-5}
-PEERS_SYSTEMS=${PEERS_SYSTEMS:-"outbox outbox_ackclaim outbox_ackclaim_async outbox_coalesce outbox_split pgq graphile pgboss"}
+PEERS_SYSTEMS=${PEERS_SYSTEMS:-"outbox outbox_ackclaim outbox_ackclaim_async outbox_coalesce outbox_split outbox_del pgq graphile pgboss"}
 PEERS_RATE=${PEERS_RATE:-500}
 PEERS_CLIENTS=8
 PEERS_OUTBOX_NOTIFY=${PEERS_OUTBOX_NOTIFY:-deferred}
@@ -99,6 +103,7 @@ db_of()
 {
     case $1 in
         outbox_split) echo peers_outbox_split ;;
+        outbox_del) echo peers_outbox_del ;;
         outbox*) echo peers_outbox ;;
         *) echo "peers_$1" ;;
     esac
@@ -111,6 +116,7 @@ done_sql()
     case $1 in
         outbox_split) echo "SELECT id::text AS id, created_at AS created, acked_at AS done
                          FROM split_all WHERE delivery_state = 'acked'" ;;
+        outbox_del) echo "SELECT id::text AS id, created_at AS created, done_at AS done FROM peers_done" ;;
         outbox*) echo "SELECT id::text AS id, created_at AS created, acked_at AS done
                          FROM delivery_outbox WHERE delivery_state = 'acked'" ;;
         pgq|graphile) echo "SELECT queue || ':' || id AS id, created_at AS created, done_at AS done
@@ -125,6 +131,7 @@ pending_sql()
 {
     case $1 in
         outbox_split) echo "SELECT count(*) FROM split_all WHERE delivery_state <> 'acked'" ;;
+        outbox_del) echo "SELECT count(*) FROM delivery_outbox" ;;
         outbox*) echo "SELECT count(*) FROM delivery_outbox WHERE delivery_state <> 'acked'" ;;
         pgq|graphile) echo "SELECT (SELECT count(*) FROM orders) - (SELECT count(*) FROM peers_done)" ;;
         pgboss) echo "SELECT count(*) FROM pgboss.job WHERE name = 'peers' AND state <> 'completed'" ;;
@@ -179,7 +186,7 @@ start_consumers()
         outbox_ackclaim) flags=(ackclaim) ;;
         outbox_ackclaim_async) flags=(ackclaim async) ;;
         outbox_coalesce) flags=(ackclaim async coalesce) ;;
-        outbox_split) flags=(ackclaim async) ;;
+        outbox_split|outbox_del) flags=(ackclaim async) ;;
     esac
     for i in 0 1 2 3; do
         out=$RAW/consumer.$tag.$i.out
@@ -325,7 +332,7 @@ run_system()
 {
     local sys=$1 r=$2
     # a: once per database (the outbox variants share it)
-    case $sys in outbox|outbox_split|pgq|graphile|pgboss) run_a "$sys" "$r" ;; esac
+    case $sys in outbox|outbox_split|outbox_del|pgq|graphile|pgboss) run_a "$sys" "$r" ;; esac
     [ "$sys" = pgq ] && start_pgqd
     if ! start_consumers "$sys" "$sys.r$r"; then
         record b "$sys" "$r" "" "" "" "" "" "consumers did not start"
@@ -361,6 +368,10 @@ check_system()
                    count(*) FILTER (WHERE delivery_attempts > 1),
                    count(*) FILTER (WHERE delivery_state <> 'acked')
               FROM split_all" ;;
+        outbox_del) bsql "$db" "
+            SELECT (SELECT count(*) FROM orders), count(DISTINCT id), count(*) - count(DISTINCT id),
+                   (SELECT count(*) FROM delivery_outbox)
+              FROM peers_done" ;;
         pgq) bsql "$db" "
             SELECT (SELECT count(*) FROM orders), count(DISTINCT (queue, id)),
                    count(*) - count(DISTINCT (queue, id)),
@@ -434,7 +445,7 @@ min_wal_size = 1GB
 checkpoint_timeout = 1h
 log_autovacuum_min_duration = -1
 shared_preload_libraries = 'delivery_outbox'
-delivery_outbox.database = 'peers_outbox, peers_outbox_split'
+delivery_outbox.database = 'peers_outbox, peers_outbox_split, peers_outbox_del'
 delivery_outbox.notify = '$PEERS_OUTBOX_NOTIFY'"
 outbox_start_cluster
 
@@ -443,7 +454,7 @@ ORDERS_SQL="CREATE TABLE orders (id bigserial PRIMARY KEY, customer int NOT NULL
                                  created_at timestamptz NOT NULL DEFAULT now())"
 AVAILABLE=()
 declare -A NOTE=()
-for db in peers_outbox peers_outbox_split peers_pgq peers_graphile peers_pgboss; do
+for db in peers_outbox peers_outbox_split peers_outbox_del peers_pgq peers_graphile peers_pgboss; do
     as_user createdb "$db" || die "createdb $db failed"
     bsql "$db" "$ORDERS_SQL" >/dev/null || die "creating orders in $db failed"
 done
@@ -459,6 +470,19 @@ bsql peers_outbox_split "CREATE EXTENSION delivery_outbox; CREATE SCHEMA peers;
     CREATE VIEW split_all AS SELECT * FROM peers.q0 UNION ALL SELECT * FROM peers.q1
         UNION ALL SELECT * FROM peers.q2 UNION ALL SELECT * FROM peers.q3" >/dev/null \
     || die "making the outbox_split outboxes failed"
+# outbox_del: the default outbox, retain_acked '0', each delete recorded
+bsql peers_outbox_del "CREATE EXTENSION delivery_outbox;
+    SELECT outbox_configure('delivery_outbox', retain_acked => '0');
+    CREATE TABLE peers_done (id bigint NOT NULL, created_at timestamptz NOT NULL,
+                             done_at timestamptz NOT NULL);
+    CREATE FUNCTION peers_deleted() RETURNS trigger LANGUAGE plpgsql AS \$\$
+    BEGIN
+        INSERT INTO public.peers_done VALUES (OLD.id, OLD.created_at, clock_timestamp());
+        RETURN NULL;
+    END \$\$;
+    CREATE TRIGGER peers_deleted AFTER DELETE ON delivery_outbox
+        FOR EACH ROW EXECUTE FUNCTION peers_deleted()" >/dev/null \
+    || die "making the outbox_del outbox failed"
 
 HAVE_PGQ=no
 if bsql peers_pgq "CREATE EXTENSION pgq" >/dev/null 2>&1 && command -v pgqd >/dev/null; then
@@ -514,12 +538,13 @@ fi
     NOTE[outbox_ackclaim_async]=${NOTE[outbox_ackclaim]}
     NOTE[outbox_coalesce]=${NOTE[outbox_ackclaim]}
     NOTE[outbox_split]=${NOTE[outbox_ackclaim]}
+    NOTE[outbox_del]=${NOTE[outbox_ackclaim]}
 }
 
 for sys in $PEERS_SYSTEMS; do
     case $sys in
         outbox) ;;
-        outbox_ackclaim|outbox_ackclaim_async|outbox_coalesce|outbox_split) [ "$HAVE_ACKCLAIM" = yes ] || continue ;;
+        outbox_ackclaim|outbox_ackclaim_async|outbox_coalesce|outbox_split|outbox_del) [ "$HAVE_ACKCLAIM" = yes ] || continue ;;
         pgq) [ "$HAVE_PGQ" = yes ] || continue ;;
         graphile) [ "$HAVE_GRAPHILE" = yes ] || continue ;;
         pgboss) [ "$HAVE_PGBOSS" = yes ] || continue ;;
@@ -563,7 +588,7 @@ done
 # ---------------------------------------------------------------------------
 
 declare -A CHECK=()
-for sys in outbox outbox_split pgq graphile pgboss; do
+for sys in outbox outbox_split outbox_del pgq graphile pgboss; do
     case " ${AVAILABLE[*]} " in *" $sys "*) CHECK[$sys]=$(check_system "$sys") ;; esac
 done
 

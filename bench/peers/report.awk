@@ -54,7 +54,7 @@ END {
             if (s in note) print "| " s " | " note[s] " | | | | |"
             continue
         }
-        as = (s ~ /^outbox/ && s != "outbox_split") ? "outbox" : s
+        as = (s ~ /^outbox/ && s != "outbox_split" && s != "outbox_del") ? "outbox" : s
         # a paced run whose producers fell short of the rate says so
         ctps = median(reached[s])
         short = (ctps != "" && ctps < 0.95 * rate) ? sprintf(" (producers reached only %.0f tx/s)", ctps) : ""
