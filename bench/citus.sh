@@ -253,9 +253,11 @@ for n in coordinator worker1 worker2; do
 done
 nsql coordinator "SELECT citus_set_coordinator_host('127.0.0.1', ${PORT[coordinator]});
     SELECT citus_add_node('127.0.0.1', ${PORT[worker1]});
-    SELECT citus_add_node('127.0.0.1', ${PORT[worker2]});
-    CREATE EXTENSION delivery_outbox;
-    CREATE SCHEMA l1; CREATE SCHEMA l2;
+    SELECT citus_add_node('127.0.0.1', ${PORT[worker2]})" >/dev/null || die "Citus: adding the nodes failed"
+# committed before outbox_distribute, which grants on the workers over
+# connections of their own
+nsql coordinator "CREATE EXTENSION delivery_outbox" >/dev/null || die "Citus: CREATE EXTENSION failed"
+nsql coordinator "CREATE SCHEMA l1; CREATE SCHEMA l2;
     CREATE TABLE l1.orders (tenant_id text NOT NULL, id bigserial, amount numeric NOT NULL,
                             PRIMARY KEY (tenant_id, id));
     SELECT create_distributed_table('l1.orders', 'tenant_id', shard_count => $CITUS_SHARDS);
