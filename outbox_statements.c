@@ -27,6 +27,7 @@
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
+#include "miscadmin.h"
 #include "utils/guc.h"
 
 #include "delivery_outbox.h"
@@ -882,8 +883,9 @@ outbox_spi_connect(void)
  *
  * Run one kept statement; the caller is connected to SPI.  On any outbox
  * but the default one the statement is prepared and run as the table's
- * owner (outbox_owner.c): the table's triggers, constraints and defaults
- * never run with the rights of the function's definer or the worker's.
+ * owner (outbox_owner.c), on a distributed one as the calling role: the
+ * table's triggers, constraints and defaults never run with the rights of
+ * the function's definer or the worker's.
  * Anything but the expected SPI result is a can't-happen error.  Returns
  * SPI_processed.
  */
@@ -901,7 +903,18 @@ outbox_execute(OutboxTable *table, OutboxPlanId id, Datum *values,
 	outbox_table_plans_pin();
 	PG_TRY();
 	{
-		if (OidIsValid(outbox_table_owner(table)))
+		/*
+		 * A distributed outbox's enqueues (nothing else runs on one) run as
+		 * the calling role, as a plain INSERT would: Citus writes a tenant's
+		 * co-located shards over one connection per user, and refuses a
+		 * second user's statement on placements the transaction modified (the
+		 * producer's orders).  The caller's INSERT privilege was checked
+		 * (outbox_target); the table's code gets its rights, never the
+		 * definer's.
+		 */
+		if (OidIsValid(outbox_table_owner(table)) && outbox_table_distributed(table))
+			outbox_as_owner(GetOuterUserId(), outbox_execute_work, &run);
+		else if (OidIsValid(outbox_table_owner(table)))
 			outbox_as_owner(outbox_table_owner(table), outbox_execute_work, &run);
 		else
 			outbox_execute_work(&run);

@@ -272,6 +272,39 @@ is(heard_all(), 'coordinator: worker1: worker2:', 'a rolled-back enqueue notifie
 is($coord->safe_psql('postgres', "SELECT count(*) FROM app.ob WHERE tenant_id = '$t2'"),
 	'0', '... and leaves no row');
 
+# A producer role that does not own the outbox: the enqueue runs as that
+# role, as a plain INSERT would (Citus writes a tenant's co-located shards
+# over one connection per user and refuses a second user's statement on
+# placements the transaction changed); INSERT ... RETURNING id needs
+# SELECT on id.
+$coord->safe_psql('postgres', q{
+CREATE ROLE app_producer LOGIN;
+GRANT USAGE ON SCHEMA app TO app_producer;
+GRANT INSERT ON app.orders TO app_producer;
+GRANT USAGE ON SEQUENCE app.orders_id_seq TO app_producer;
+GRANT EXECUTE ON FUNCTION
+    outbox_enqueue(text, text, bytea, text, timestamptz, timestamptz, text, regclass)
+  TO app_producer;
+SET ROLE app_owner;
+GRANT INSERT ON app.ob TO app_producer;
+});
+my $as_producer = 'SET ROLE app_producer; BEGIN;' . enqueue_sql($t1) . 'COMMIT;';
+($rc, $out, $err) = $coord->psql('postgres', $as_producer);
+like($err, qr/permission denied for table ob/,
+	'a producer role with INSERT alone: refused (RETURNING id needs SELECT on id)');
+owner_sql($coord, 'GRANT SELECT (id, recipient, dedup_key, tenant_id) ON app.ob TO app_producer');
+($rc, $out, $err) = $coord->psql('postgres', $as_producer);
+my ($id_p) = $out =~ /^(\d+)$/m;
+ok(defined $id_p && $rc == 0,
+	'a producer role that does not own the outbox: an order and an enqueue in one transaction')
+  or diag $err;
+is( $coord->safe_psql(
+		'postgres', "SELECT tenant_id, delivery_state FROM app.ob WHERE id = " . ($id_p // 0)),
+	"$t1|pending",
+	'... the row committed on the tenant\'s node');
+is(join(',', map { s/\@\d+$//r } wait_heard($listen{worker1}, 1)), $id_p // '',
+	'... and notified from there');
+
 # across both workers: Citus prepares the transaction on each
 for my $mode (qw(commit deferred))
 {
