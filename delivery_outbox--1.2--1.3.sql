@@ -100,39 +100,6 @@ $$;
 
 REVOKE ALL ON FUNCTION outbox_distributed(regclass) FROM PUBLIC;
 
--- outbox_shard_of(shard): the distributed table (by hash) whose shard
--- shard is, with the shard's id, hash range start and co-location group;
--- no row for any other table, or where Citus is not installed.  Citus
--- names a shard after its table, in its table's schema.  By name: Citus
--- hides shards from queries on pg_class (its citus.hide_shards), and the
--- name of a regclass outside pg_catalog is always qualified here.  Not
--- for direct use.
-CREATE FUNCTION outbox_shard_of(shard regclass)
-RETURNS TABLE (logicalrelid regclass, shardid bigint, shardminvalue text,
-               colocationid integer)
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    IF to_regclass('pg_catalog.pg_dist_shard') IS NULL THEN
-        RETURN;
-    END IF;
-    RETURN QUERY EXECUTE
-        'SELECT s.logicalrelid, s.shardid, s.shardminvalue, p.colocationid'
-        '  FROM pg_catalog.pg_dist_shard s'
-        '  JOIN pg_catalog.pg_dist_partition p USING (logicalrelid)'
-        '  JOIN pg_catalog.pg_class l ON l.oid OPERATOR(pg_catalog.=) s.logicalrelid'
-        ' WHERE p.partmethod OPERATOR(pg_catalog.=) ''h'''
-        '   AND l.relnamespace OPERATOR(pg_catalog.=) $1[1]::pg_catalog.regnamespace'
-        '   AND $1[2] OPERATOR(pg_catalog.=)'
-        '       (SELECT x[pg_catalog.cardinality(x)] FROM pg_catalog.parse_ident('
-        '            pg_catalog.shard_name(s.logicalrelid, s.shardid)) x)'
-        USING pg_catalog.parse_ident(shard::text);
-END
-$$;
-
-REVOKE ALL ON FUNCTION outbox_shard_of(regclass) FROM PUBLIC;
-
 --
 -- The settings of each distributed outbox, where every node reads them: a
 -- Citus reference table, made by the first outbox_distribute() (Citus
@@ -202,6 +169,18 @@ BEGIN
                 OR NOT EXISTS (SELECT FROM pg_trigger
                                 WHERE tgrelid = shard_rel
                                   AND tgfoid = '@extschema@.outbox_state_guard()'::regprocedure);
+            -- read first: a pass that finds every shard as it should be
+            -- writes (and locks) nothing, so that sweeps and relays calling
+            -- outbox_shards() never wait on each other
+            CONTINUE WHEN EXISTS (
+                SELECT FROM @extschema@.delivery_outbox_registry r
+                 WHERE r.outbox = shard_rel AND r.origin = 'shard'
+                   AND (r.channel, r.dead, r.max_attempts, r.backoff_base,
+                        r.backoff_max, r.ttl, r.retain_acked)
+                       IS NOT DISTINCT FROM
+                       (setting.channel, dead_rel, setting.max_attempts,
+                        setting.backoff_base, setting.backoff_max, setting.ttl,
+                        setting.retain_acked));
             INSERT INTO @extschema@.delivery_outbox_registry AS r
                    (outbox, origin, channel, dead, max_attempts, backoff_base,
                     backoff_max, ttl, retain_acked)
@@ -214,13 +193,7 @@ BEGIN
                    backoff_base = excluded.backoff_base,
                    backoff_max = excluded.backoff_max, ttl = excluded.ttl,
                    retain_acked = excluded.retain_acked
-             WHERE r.origin = 'shard'
-               AND (r.channel, r.dead, r.max_attempts, r.backoff_base,
-                    r.backoff_max, r.ttl, r.retain_acked)
-                   IS DISTINCT FROM
-                   (excluded.channel, excluded.dead, excluded.max_attempts,
-                    excluded.backoff_base, excluded.backoff_max, excluded.ttl,
-                    excluded.retain_acked);
+             WHERE r.origin = 'shard';
             GET DIAGNOSTICS changed = ROW_COUNT;
             IF changed > 0 THEN
                 PERFORM @extschema@.outbox_invalidate(shard_rel);
@@ -309,15 +282,33 @@ $$;
 REVOKE ALL ON FUNCTION outbox_share_settings(regclass) FROM PUBLIC;
 
 -- A distributed outbox's settings changed (outbox_configure()): shared
--- with the nodes, which apply them at their next sweep; ordered delivery
--- refused (0A000).
+-- with the nodes, which apply them at their next sweep; ordered delivery,
+-- a new channel and a detach refused (0A000).
 CREATE FUNCTION outbox_registry_changed()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    IF TG_OP = 'DELETE' THEN
+        -- a dropped table's row goes (outbox_table_dropped): only detach
+        IF OLD.origin <> 'shard' AND EXISTS (SELECT FROM pg_class WHERE oid = OLD.outbox)
+           AND @extschema@.outbox_distributed(OLD.outbox) THEN
+            RAISE EXCEPTION 'a distributed outbox cannot be detached'
+                USING ERRCODE = 'feature_not_supported',
+                      HINT = format('undistribute_table(%L) first.', OLD.outbox);
+        END IF;
+        RETURN NULL;
+    END IF;
     IF NEW.origin <> 'shard' AND @extschema@.outbox_distributed(NEW.outbox) THEN
+        -- each shard's triggers carry the channel, made by Citus from the
+        -- table's when it distributed it
+        IF NEW.channel IS DISTINCT FROM OLD.channel THEN
+            RAISE EXCEPTION 'the channel of a distributed outbox cannot change'
+                USING ERRCODE = 'feature_not_supported',
+                      DETAIL = format('Outbox %s is distributed by Citus: each shard''s triggers carry the channel it had then.', NEW.outbox),
+                      HINT = 'Set the channel before outbox_distribute().';
+        END IF;
         IF NEW.ordered THEN
             RAISE EXCEPTION 'a distributed outbox cannot be ordered'
                 USING ERRCODE = 'feature_not_supported',
@@ -332,7 +323,7 @@ $$;
 REVOKE ALL ON FUNCTION outbox_registry_changed() FROM PUBLIC;
 
 CREATE TRIGGER delivery_outbox_registry_changed
-    AFTER UPDATE ON delivery_outbox_registry
+    AFTER UPDATE OR DELETE ON delivery_outbox_registry
     FOR EACH ROW EXECUTE FUNCTION outbox_registry_changed();
 
 --
@@ -454,10 +445,10 @@ BEGIN
     FOR res IN EXECUTE
         'SELECT nodename, nodeport, success, result'
         '  FROM pg_catalog.run_command_on_workers($1)'
-        USING format('GRANT EXECUTE ON FUNCTION %1$I.outbox_state_guard(),'
-                     ' %1$I.outbox_inserted(), %1$I.outbox_insert_statement() TO %2$I',
-                     '@extschema@', (SELECT rolname FROM pg_class c JOIN pg_roles o ON o.oid = c.relowner
-                                      WHERE c.oid = tbl))
+        USING format('GRANT EXECUTE ON FUNCTION @extschema@.outbox_state_guard(),'
+                     ' @extschema@.outbox_inserted(), @extschema@.outbox_insert_statement() TO %I',
+                     (SELECT rolname FROM pg_class c JOIN pg_roles o ON o.oid = c.relowner
+                       WHERE c.oid = tbl))
     LOOP
         IF NOT res.success THEN
             RAISE EXCEPTION 'could not grant the trigger functions to the owner of % on %:%',
@@ -499,15 +490,28 @@ RETURNS SETOF regclass
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    nsp name;
 BEGIN
     PERFORM @extschema@.outbox_check_relation(tbl);
+    IF to_regclass('pg_catalog.pg_dist_shard') IS NULL THEN
+        RETURN;
+    END IF;
     -- shards this node has not registered yet (made or moved in since)
     PERFORM @extschema@.outbox_register_local_shards(tbl);
-    RETURN QUERY
-        SELECT r.outbox FROM @extschema@.delivery_outbox_registry r,
-               LATERAL @extschema@.outbox_shard_of(r.outbox) s
-         WHERE r.origin = 'shard' AND s.logicalrelid = tbl
-         ORDER BY s.shardminvalue::integer;
+    SELECT n.nspname INTO nsp FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+     WHERE c.oid = tbl;
+    -- tbl's shards by Citus's names (in tbl's schema), those registered here
+    RETURN QUERY EXECUTE
+        'SELECT r.outbox FROM pg_catalog.pg_dist_shard s'
+        ' CROSS JOIN LATERAL pg_catalog.parse_ident(pg_catalog.shard_name(s.logicalrelid, s.shardid)) x'
+        ' JOIN @extschema@.delivery_outbox_registry r'
+        '   ON r.outbox OPERATOR(pg_catalog.=)'
+        '      pg_catalog.to_regclass(pg_catalog.format(''%I.%I'', $2, x[pg_catalog.cardinality(x)]))'
+        ' WHERE s.logicalrelid OPERATOR(pg_catalog.=) $1'
+        '   AND r.origin OPERATOR(pg_catalog.=) ''shard'''
+        ' ORDER BY s.shardminvalue::pg_catalog.int4'
+        USING tbl, nsp;
 END
 $$;
 

@@ -125,14 +125,6 @@ outbox_check_schedule(Datum not_before, bool not_before_null,
 }
 
 /*
- * outbox_enqueue
- *
- * Insert one pending row and return its id; with a dedup_key that the
- * recipient's rows already hold, insert nothing and return that row's id.
- * The trigger validates the row (payload size included) and queues the
- * wake-up (for a row scheduled for later, the worker sends it when due).
- */
-/*
  * outbox_no_tenant
  *
  * A row for distributed outbox t without a tenant_id, by which Citus
@@ -148,6 +140,14 @@ outbox_no_tenant(OutboxTable *t)
 			 errdetail("Citus places each row of a distributed outbox on the node of its tenant_id.")));
 }
 
+/*
+ * outbox_enqueue
+ *
+ * Insert one pending row and return its id; with a dedup_key that the
+ * recipient's rows already hold, insert nothing and return that row's id.
+ * The trigger validates the row (payload size included) and queues the
+ * wake-up (for a row scheduled for later, the worker sends it when due).
+ */
 Datum
 outbox_enqueue(PG_FUNCTION_ARGS)
 {

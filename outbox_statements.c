@@ -910,9 +910,12 @@ outbox_execute(OutboxTable *table, OutboxPlanId id, Datum *values,
 		 * second user's statement on placements the transaction modified (the
 		 * producer's orders).  The caller's INSERT privilege was checked
 		 * (outbox_target); the table's code gets its rights, never the
-		 * definer's.
+		 * definer's.  Never a superuser's either: a superuser's enqueue runs
+		 * as the owner, as everywhere else (Citus then refuses it in a
+		 * transaction where the superuser wrote the tenant's rows itself).
 		 */
-		if (OidIsValid(outbox_table_owner(table)) && outbox_table_distributed(table))
+		if (OidIsValid(outbox_table_owner(table)) && outbox_table_distributed(table) &&
+			!superuser_arg(GetOuterUserId()))
 			outbox_as_owner(GetOuterUserId(), outbox_execute_work, &run);
 		else if (OidIsValid(outbox_table_owner(table)))
 			outbox_as_owner(outbox_table_owner(table), outbox_execute_work, &run);

@@ -14,7 +14,10 @@
  * stashed in shared memory until COMMIT PREPARED or ROLLBACK PREPARED.
  *
  * Wake-ups: the NOTIFY payload is the row id in decimal and nothing else;
- * async.c sends it at commit, never on rollback.  Above
+ * async.c sends it at commit, never on rollback.  Commit mode's are kept in
+ * a list of the transaction's and handed to async.c at its pre-commit, not
+ * in the trigger: PREPARE TRANSACTION refuses a transaction that queued a
+ * NOTIFY, and a prepared transaction's go out at COMMIT PREPARED.  Above
  * delivery_outbox.notify_queue_limit of queue usage the NOTIFY is skipped
  * (a full queue would make the producer's COMMIT fail); relays find such
  * rows by draining the table.
@@ -68,7 +71,7 @@ typedef struct OutboxNotifyLater
 {
 	OutboxWakeup wakeup;
 	const char *channel;
-}			OutboxNotifyLater;
+} OutboxNotifyLater;
 
 /* One outbox's share of a level's deltas. */
 typedef struct OutboxTableDeltas
@@ -93,9 +96,16 @@ static OutboxXactLevel *outbox_xact = NULL;
 static OutboxWakeup *outbox_deferred_ids = NULL;
 static int	outbox_deferred_count = 0;
 static int	outbox_deferred_space = 0;
-static OutboxNotifyLater * outbox_notify_ids = NULL;
+static OutboxNotifyLater *outbox_notify_ids = NULL;
 static int	outbox_notify_count = 0;
 static int	outbox_notify_space = 0;
+
+/*
+ * The queued wake-ups went to async.c (pre-commit): one that comes later in
+ * the commit (another module's pre-commit callback writing a row) goes
+ * there at once.
+ */
+static bool outbox_notify_flushed = false;
 
 /*
  * A committed transaction's bookkeeping, between its commit and the release
@@ -252,6 +262,9 @@ outbox_wake(int64 id, Oid relid, const char *channel)
 	 * PREPARED (with the library preloaded, from shared memory; without, they
 	 * are dropped and relays drain).
 	 */
+	if (outbox_notify_flushed)
+		outbox_notify(id, relid, channel);
+	else
 	{
 		OutboxNotifyLater *later;
 
@@ -446,8 +459,8 @@ outbox_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
  *
  * At commit, keep the transaction's bookkeeping for
  * outbox_xact_release_callback, which publishes it once the transaction's
- * locks are released.  At PREPARE the deltas are stashed until COMMIT
- * PREPARED (the deferred wake-ups are dropped: relays drain).  On abort,
+ * locks are released.  At PREPARE the deltas and the first wake-ups are
+ * stashed until COMMIT PREPARED, which sends those.  On abort,
  * forget.  Any other event clears a commit's bookkeeping that was never
  * published (can't happen), so nothing stale is ever read.
  */
@@ -471,6 +484,7 @@ outbox_xact_callback(XactEvent event, void *arg)
 						  outbox_notify_ids[i].wakeup.relid,
 						  outbox_notify_ids[i].channel);
 		outbox_notify_count = 0;
+		outbox_notify_flushed = true;
 		return;
 	}
 	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT)
@@ -517,6 +531,7 @@ outbox_xact_callback(XactEvent event, void *arg)
 			outbox_notify_ids = NULL;
 			outbox_notify_count = 0;
 			outbox_notify_space = 0;
+			outbox_notify_flushed = false;
 			outbox_prepare_gid[0] = '\0';
 			break;
 		default:

@@ -627,7 +627,6 @@ SELECT outbox_invalidate('regress_attack.plain_o');
 SELECT outbox_register_local_shards();
 SELECT outbox_share_settings('regress_attack.plain_o');
 SELECT outbox_distributed('regress_attack.plain_o');
-SELECT * FROM outbox_shard_of('regress_attack.plain_o');
 SELECT * FROM outbox_placements('regress_attack.plain_o', 'regress_attack.plain_o_dead');
 RESET ROLE;
 SET ROLE regress_attack_relay;

@@ -24,8 +24,8 @@
 #   deferred falls back to commit-mode notifications from the producer;
 # - ids handed over while the worker is down (terminated, restarting) are
 #   sent by its successor;
-# - PREPARE TRANSACTION works in deferred mode; COMMIT PREPARED sends its
-#   wake-ups, ROLLBACK PREPARED none;
+# - PREPARE TRANSACTION works in deferred and commit mode; COMMIT PREPARED
+#   sends its wake-ups (the first 31 and the last), ROLLBACK PREPARED none;
 # - with handover_size = 1024, one transaction of 1500 rows commits, keeps
 #   every row, sends the first 1024 ids, and counts 476 in
 #   handover_dropped; afterwards wake-ups flow again.
@@ -422,6 +422,24 @@ PREPARE TRANSACTION 'p2';});
 $node->safe_psql('postgres', q{ROLLBACK PREPARED 'p2'});
 @got = until_sentinel($relay);
 is(ids_before_sentinel(@got), '', 'ROLLBACK PREPARED sends none');
+
+# Commit mode (1.3): the NOTIFYs wait for the pre-commit, so the
+# transaction can be prepared; COMMIT PREPARED sends its first 31 ids and
+# its last (32 kept per prepared transaction).
+$producer->query_safe('SET delivery_outbox.notify = commit');
+my $c_out = $producer->query_safe(
+	q{BEGIN;
+SELECT outbox_enqueue('agent:2pc', 'work', '\x03') FROM generate_series(1, 40);
+PREPARE TRANSACTION 'p3';});
+my @c_ids = $c_out =~ /^(\d+)$/mg;
+is(scalar @c_ids, 40, 'commit mode: 40 enqueues prepared');
+@got = until_sentinel($relay);
+is(ids_before_sentinel(@got), '', '... wake nobody yet');
+$node->safe_psql('postgres', q{COMMIT PREPARED 'p3'});
+@got = until_sentinel($relay);
+is(ids_before_sentinel(@got), join(',', @c_ids[0 .. 30], $c_ids[-1]),
+	'... COMMIT PREPARED sends the first 31 ids and the last');
+$producer->query_safe('RESET delivery_outbox.notify');
 $producer->quit;
 $relay->quit;
 

@@ -431,6 +431,20 @@ SELECT bool_and(max_attempts = 7) FROM delivery_outbox_registry WHERE origin = '
 SELECT outbox_configure('app.ob', ordered => true);
 }, on_error_stop => 0);
 like($err, qr/ERROR:  0A000/, 'a distributed outbox cannot be made ordered: 0A000');
+($rc, $out, $err) = owner_sql($coord, q{
+SELECT outbox_configure('app.ob', channel => 'elsewhere');
+}, on_error_stop => 0);
+like($err, qr/the channel of a distributed outbox cannot change/,
+	'nor given another channel (its shards\' triggers carry it)');
+$coord->safe_psql('postgres', 'GRANT EXECUTE ON FUNCTION outbox_detach(regclass) TO app_owner');
+($rc, $out, $err) = owner_sql($coord, q{
+SELECT outbox_detach('app.ob');
+}, on_error_stop => 0);
+like($err, qr/ERROR:  .*(cannot be detached|not supported on distributed tables|trigger)/,
+	'nor detached') or diag $err;
+is($coord->safe_psql('postgres',
+		"SELECT count(*) FROM delivery_outbox_registry WHERE outbox = 'app.ob'::regclass AND channel IS NULL"),
+	'1', '... its registry row and channel as they were');
 is($coord->safe_psql('postgres',
 		"SELECT ordered FROM delivery_outbox_registry WHERE outbox = 'app.ob'::regclass"),
 	'f', '... and stays unordered');
