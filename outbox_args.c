@@ -30,6 +30,7 @@
 
 #include "delivery_outbox.h"
 #include "outbox_args.h"
+#include "outbox_registry.h"
 #include "outbox_table.h"
 
 static bool outbox_column_privileges(Oid relid, const char *const *columns);

@@ -41,8 +41,6 @@
 #include "commands/extension.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
-#include "nodes/makefuncs.h"
-#include "parser/parse_func.h"
 #include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
@@ -54,11 +52,11 @@
 
 #include "delivery_outbox.h"
 #include "outbox_owner.h"
+#include "outbox_registry.h"
 #include "outbox_table.h"
 
 /* The names of the extension's table and of its registry of outboxes. */
 #define OUTBOX_TABLE_NAME		"delivery_outbox"
-#define OUTBOX_REGISTRY_NAME	"delivery_outbox_registry"
 #define OUTBOX_DEAD_NAME		"delivery_outbox_dead"
 
 /* The statements of one table, prepared for one user. */
@@ -97,13 +95,8 @@ static bool outbox_table_check(OutboxTable *table);
 static void outbox_table_forget(OutboxTable *table);
 static void outbox_table_clear(OutboxTable *table);
 static char *outbox_row_expr(Oid relid, Oid defrelid, bool *utc);
-static Relation outbox_registry_open(void);
-static bool outbox_registry_row(Oid relid, char **channel,
-								OutboxPolicy *policy, Oid *dead);
-static void outbox_policy_defaults(OutboxPolicy *policy);
 static Oid	outbox_member_table(Oid ext_oid);
 static Oid	outbox_extension_table(void);
-static bool outbox_citus_distributed(Oid relid);
 static void outbox_retire_plan(SPIPlanPtr plan);
 static void outbox_table_free_plans(OutboxTable *table);
 static void outbox_table_evict(OutboxTable *keep);
@@ -317,7 +310,7 @@ outbox_channel_of(Oid relid, char **channel)
 
 	*channel = NULL;
 	(void) outbox_default_table();
-	in_registry = outbox_registry_row(relid, channel, NULL, NULL);
+	in_registry = outbox_registry_row(get_rel_namespace(outbox_default_relid), relid, channel, NULL, NULL);
 	return relid == outbox_default_relid ||
 		(in_registry && outbox_relkind_ok(get_rel_relkind(relid)));
 }
@@ -335,7 +328,7 @@ List *
 outbox_table_list(void)
 {
 	List	   *result = list_make1_oid(outbox_default_table()->relid);
-	Relation	reg = outbox_registry_open();
+	Relation	reg = outbox_registry_open(get_rel_namespace(outbox_default_relid));
 	SysScanDesc scan;
 	HeapTuple	tup;
 	AttrNumber	origin;
@@ -353,7 +346,7 @@ outbox_table_list(void)
 		if (!isnull && strcmp(TextDatumGetCString(d), "default") == 0)
 			continue;
 		d = heap_getattr(tup, 1, RelationGetDescr(reg), &isnull);
-		if (!isnull && !outbox_citus_distributed(DatumGetObjectId(d)))
+		if (!isnull && !outbox_relation_distributed(DatumGetObjectId(d)))
 			result = lappend_oid(result, DatumGetObjectId(d));
 	}
 	systable_endscan(scan);
@@ -433,9 +426,10 @@ outbox_table_check(OutboxTable *table)
 		return false;
 	}
 	name = quote_qualified_identifier(nspname, relname);
-	distributed = outbox_citus_distributed(table->relid);
+	distributed = outbox_relation_distributed(table->relid);
 
-	registered = outbox_registry_row(table->relid, &channel, &policy, &dead) &&
+	registered = outbox_registry_row(get_rel_namespace(outbox_default_relid), table->relid,
+									 &channel, &policy, &dead) &&
 		table->relid != outbox_default_relid;
 	/* the default outbox keeps its dead letters in the extension's table */
 	if (!OidIsValid(dead) && table->relid == outbox_default_relid)
@@ -663,123 +657,15 @@ outbox_row_expr(Oid relid, Oid defrelid, bool *utc)
 }
 
 /*
- * outbox_registry_open
+ * outbox_extension_namespace
  *
- * The registry of the extension's schema, opened with AccessShareLock, or
- * NULL: an extension still at version 1.1 has none, and only its own table
- * is an outbox.  It is read directly, as a catalog: no privilege on it is
- * needed (the SQL functions may run as any user), and a renamed schema
- * cannot mislead a kept statement.
+ * The extension's schema: its own table's.  Needs a transaction; the
+ * extension must be installed.
  */
-static Relation
-outbox_registry_open(void)
+Oid
+outbox_extension_namespace(void)
 {
-	Oid			regid;
-
-	/* the default outbox was found first (its own check comes here too) */
-	Assert(OidIsValid(outbox_default_relid));
-	regid = get_relname_relid(OUTBOX_REGISTRY_NAME,
-							  get_rel_namespace(outbox_default_relid));
-	return OidIsValid(regid) ? table_open(regid, AccessShareLock) : NULL;
-}
-
-/*
- * outbox_registry_row
- *
- * Whether the registry has a row for relid (made or attached, or the
- * default outbox once configured), and, where asked for, its channel
- * (palloc'd, or NULL), its delivery policy (the defaults without a row) and
- * its dead-letter table (InvalidOid if none is recorded).
- */
-static bool
-outbox_registry_row(Oid relid, char **channel, OutboxPolicy *policy,
-					Oid *dead)
-{
-	Relation	reg;
-	SysScanDesc scan;
-	ScanKeyData key;
-	HeapTuple	tup;
-	bool		found = false;
-
-	if (policy != NULL)
-		outbox_policy_defaults(policy);
-	if (dead != NULL)
-		*dead = InvalidOid;
-	reg = outbox_registry_open();
-	if (reg == NULL)
-		return false;
-	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_OIDEQ,
-				ObjectIdGetDatum(relid));
-	scan = systable_beginscan(reg, outbox_primary_key_index(reg), true,
-							  NULL, 1, &key);
-	tup = systable_getnext(scan);
-	if (HeapTupleIsValid(tup))
-	{
-		TupleDesc	desc = RelationGetDescr(reg);
-		Oid			regid = RelationGetRelid(reg);
-		bool		isnull;
-		Datum		d;
-		AttrNumber	attnum;
-
-		found = true;
-		d = heap_getattr(tup, get_attnum(regid, "channel"), desc, &isnull);
-		if (!isnull)
-			*channel = TextDatumGetCString(d);
-
-		/* the policy's columns: a registry of an older 1.2 build lacks them */
-		if (policy != NULL &&
-			(attnum = get_attnum(regid, "max_attempts")) != InvalidAttrNumber)
-		{
-			d = heap_getattr(tup, attnum, desc, &isnull);
-			policy->max_attempts = isnull ? 0 : DatumGetInt32(d);
-			d = heap_getattr(tup, get_attnum(regid, "backoff_base"), desc, &isnull);
-			if (!isnull)
-				policy->backoff_base = *DatumGetIntervalP(d);
-			d = heap_getattr(tup, get_attnum(regid, "backoff_max"), desc, &isnull);
-			if (!isnull)
-				policy->backoff_max = *DatumGetIntervalP(d);
-			d = heap_getattr(tup, get_attnum(regid, "ttl"), desc, &isnull);
-			policy->has_ttl = !isnull;
-			if (!isnull)
-				policy->ttl = *DatumGetIntervalP(d);
-			if ((attnum = get_attnum(regid, "ordered")) != InvalidAttrNumber)
-			{
-				d = heap_getattr(tup, attnum, desc, &isnull);
-				policy->ordered = !isnull && DatumGetBool(d);
-			}
-			if ((attnum = get_attnum(regid, "retain_acked")) != InvalidAttrNumber)
-			{
-				d = heap_getattr(tup, attnum, desc, &isnull);
-				policy->has_retain_acked = !isnull;
-				if (!isnull)
-					policy->retain_acked = *DatumGetIntervalP(d);
-				d = heap_getattr(tup, get_attnum(regid, "partition_rows"), desc, &isnull);
-				policy->partition_rows = isnull ? 0 : DatumGetInt64(d);
-			}
-		}
-		if (dead != NULL &&
-			(attnum = get_attnum(regid, "dead")) != InvalidAttrNumber)
-		{
-			d = heap_getattr(tup, attnum, desc, &isnull);
-			if (!isnull && get_rel_relkind(DatumGetObjectId(d)) == RELKIND_RELATION)
-				*dead = DatumGetObjectId(d);
-		}
-	}
-	systable_endscan(scan);
-	table_close(reg, AccessShareLock);
-	return found;
-}
-
-/*
- * outbox_policy_defaults
- *
- * The policy of an outbox nobody configured: 1.1's behaviour.
- */
-static void
-outbox_policy_defaults(OutboxPolicy *policy)
-{
-	memset(policy, 0, sizeof(OutboxPolicy));
-	policy->backoff_max.time = USECS_PER_HOUR;
+	return get_rel_namespace(outbox_default_table()->relid);
 }
 
 /*
@@ -848,100 +734,6 @@ bool
 outbox_table_distributed(OutboxTable *table)
 {
 	return table->distributed;
-}
-
-/*
- * outbox_relation_distributed
- *
- * The same for any relation, outbox or not (a worker node's copy of a
- * distributed outbox is in no registry there).
- */
-bool
-outbox_relation_distributed(Oid relid)
-{
-	return outbox_citus_distributed(relid);
-}
-
-/*
- * outbox_citus_distributed
- *
- * Whether Citus's catalog pg_dist_partition has relid as a hash-distributed
- * table (partmethod 'h').  Read directly, so that the library needs no
- * symbol of Citus's and works unchanged where Citus is not installed (no
- * such catalog: false).  Reference tables and Citus's local tables are
- * left alone: their one shard is queried through Citus like any table.
- */
-static bool
-outbox_citus_distributed(Oid relid)
-{
-	Oid			catalog = get_relname_relid("pg_dist_partition",
-											PG_CATALOG_NAMESPACE);
-	Relation	rel;
-	SysScanDesc scan;
-	ScanKeyData key;
-	HeapTuple	tuple;
-	bool		result = false;
-
-	if (!OidIsValid(catalog))
-		return false;
-	rel = table_open(catalog, AccessShareLock);
-	/* its first column, logicalrelid, a regclass */
-	if (RelationGetDescr(rel)->natts < 2 ||
-		TupleDescAttr(RelationGetDescr(rel), 0)->atttypid != REGCLASSOID ||
-		TupleDescAttr(RelationGetDescr(rel), 1)->atttypid != CHAROID)
-	{
-		table_close(rel, AccessShareLock);
-		return false;
-	}
-	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_OIDEQ,
-				ObjectIdGetDatum(relid));
-	/* a handful of rows, one per distributed table: no index needed */
-	scan = systable_beginscan(rel, InvalidOid, false, NULL, 1, &key);
-	if (HeapTupleIsValid(tuple = systable_getnext(scan)))
-	{
-		bool		isnull;
-		Datum		method = heap_getattr(tuple, 2, RelationGetDescr(rel),
-										  &isnull);
-
-		result = !isnull && DatumGetChar(method) == 'h';
-	}
-	systable_endscan(scan);
-	table_close(rel, AccessShareLock);
-	return result;
-}
-
-/*
- * outbox_register_local_shards
- *
- * On a Citus node, have outbox_register_local_shards() (1.3) make this
- * node's shards of distributed outboxes outboxes (docs/scale-out.md).  A
- * no-op without Citus, or with an older version of the extension.  Needs a
- * transaction; raises what the function raises.
- */
-void
-outbox_register_local_shards(void)
-{
-	Oid			ext_oid = get_extension_oid(OUTBOX_EXTENSION_NAME, true);
-	Oid			nsp;
-	Oid			argtype = REGCLASSOID;
-	char	   *sql;
-
-	if (!OidIsValid(ext_oid) ||
-		!OidIsValid(get_relname_relid("pg_dist_local_group", PG_CATALOG_NAMESPACE)))
-		return;
-	/* the extension's schema: its own table's (outbox_lock_table checked it) */
-	nsp = get_rel_namespace(outbox_default_table()->relid);
-	if (!OidIsValid(LookupFuncName(list_make2(makeString(get_namespace_name(nsp)),
-											  makeString("outbox_register_local_shards")),
-								   1, &argtype, true)))
-		return;
-	sql = psprintf("SELECT %s.outbox_register_local_shards(NULL)",
-				   quote_identifier(get_namespace_name(nsp)));
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	if (SPI_execute(sql, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not register this node's shards");
-	SPI_finish();
 }
 
 const char *

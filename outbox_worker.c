@@ -58,6 +58,7 @@
 
 #include "delivery_outbox.h"
 #include "outbox_partitions.h"
+#include "outbox_registry.h"
 #include "outbox_rows.h"
 #include "outbox_shmem.h"
 #include "outbox_table.h"
@@ -623,7 +624,7 @@ sweeper_shards(void)
 static void
 sweeper_shards_work(SweeperJob *job)
 {
-	outbox_register_local_shards();
+	outbox_register_local_shards(outbox_extension_namespace());
 }
 
 /*
