@@ -223,6 +223,17 @@ measure()
 RESULTS=$OUTBOX_WORK/results
 : >"$RESULTS"
 
+# rounds SETUP SCHEMA NODE...: CITUS_ROUNDS windows, each recorded
+rounds()
+{
+    local setup=$1 r line
+    for r in $(seq 1 "$CITUS_ROUNDS"); do
+        line=$(measure "$@")
+        echo "$setup|$r|$line" >>"$RESULTS"
+        log "$setup round $r: $line"
+    done
+}
+
 # --- the plain node ----------------------------------------------------------
 log "plain: one node"
 node_start plain "$CITUS_PORT" delivery_outbox
@@ -234,11 +245,7 @@ nsql plain "CREATE EXTENSION delivery_outbox; CREATE SCHEMA app;
 produce_script app
 relay_start plain app.ob
 relay_start plain app.ob
-for r in $(seq 1 "$CITUS_ROUNDS"); do
-    line=$(measure plain app plain)
-    echo "plain|$r|$line" >>"$RESULTS"
-    log "plain round $r: $line"
-done
+rounds plain app plain
 relays_stop
 node_stop_all
 
@@ -274,11 +281,7 @@ produce_script l2
 log "level1: the outbox on the coordinator"
 relay_start coordinator l1.ob
 relay_start coordinator l1.ob
-for r in $(seq 1 "$CITUS_ROUNDS"); do
-    line=$(measure level1 l1 coordinator worker1 worker2)
-    echo "level1|$r|$line" >>"$RESULTS"
-    log "level1 round $r: $line"
-done
+rounds level1 l1 coordinator worker1 worker2
 relays_stop
 
 log "level2: the outbox distributed, relays per shard on its worker"
@@ -288,11 +291,7 @@ for n in worker1 worker2; do
     done
 done
 [ "${#RELAYS[@]}" = "$CITUS_SHARDS" ] || warn "level2: ${#RELAYS[@]} relays for $CITUS_SHARDS shards"
-for r in $(seq 1 "$CITUS_ROUNDS"); do
-    line=$(measure level2 l2 coordinator worker1 worker2)
-    echo "level2|$r|$line" >>"$RESULTS"
-    log "level2 round $r: $line"
-done
+rounds level2 l2 coordinator worker1 worker2
 relays_stop
 
 # --- the table -------------------------------------------------------------------

@@ -508,13 +508,16 @@ END;
 };
 close $fh;
 
+# producers($script, $seconds): 4 pgbench clients on the coordinator, as
+# the owning role; relay($node, $call, $seconds): a relay's procedure
+# called as the relay role on $node.  Both in the background.
 sub producers
 {
-	my ($seconds) = @_;
+	my ($file, $seconds) = @_;
 	my ($stdout, $stderr);
 	return IPC::Run::start(
 		[
-			'pgbench', '-n', '-c', '4', '-T', $seconds, '-f', $script,
+			'pgbench', '-n', '-c', '4', '-T', $seconds, '-f', $file,
 			'-h', $coord->host, '-p', $coord->port, '-U', 'app_owner', 'postgres'
 		],
 		'>', \$stdout, '2>', \$stderr);
@@ -522,26 +525,26 @@ sub producers
 
 sub relay
 {
-	my ($w, $seconds) = @_;
+	my ($node, $call, $seconds) = @_;
 	my ($stdout, $stderr);
 	return IPC::Run::start(
 		[
-			'psql', '-X', '-h', $w->host, '-p', $w->port, '-U', 'app_relay',
-			'-d', 'postgres', '-c', "CALL relay_run($seconds)"
+			'psql', '-X', '-h', $node->host, '-p', $node->port, '-U', 'app_relay',
+			'-d', 'postgres', '-c', "CALL $call($seconds)"
 		],
 		'>', \$stdout, '2>', \$stderr);
 }
 
 my $orders_before = $coord->safe_psql('postgres', 'SELECT count(*) FROM app.orders');
 my $last_order = $coord->safe_psql('postgres', 'SELECT coalesce(max(id), 0) FROM app.orders');
-my @runs = (producers(8), relay($w1, 10), relay($w2, 10));
+my @runs = (producers($script, 8), relay($w1, 'relay_run', 10), relay($w2, 'relay_run', 10));
 sleep 3;
 $w2->stop('immediate');
 sleep 2;
 $w2->start;
-push @runs, relay($w2, 8);
+push @runs, relay($w2, 'relay_run', 8);
 $_->finish for @runs;
-push @runs, producers(3);
+push @runs, producers($script, 3);
 $runs[-1]->finish;
 
 # whatever a 2PC left prepared is settled, then everything is drained
@@ -634,38 +637,15 @@ END;
 };
 close $fh;
 
-sub producers_l1
-{
-	my ($seconds) = @_;
-	my ($stdout, $stderr);
-	return IPC::Run::start(
-		[
-			'pgbench', '-n', '-c', '4', '-T', $seconds, '-f', $l1_script,
-			'-h', $coord->host, '-p', $coord->port, '-U', 'app_owner', 'postgres'
-		],
-		'>', \$stdout, '2>', \$stderr);
-}
-
-sub relay_l1
-{
-	my ($seconds) = @_;
-	my ($stdout, $stderr);
-	return IPC::Run::start(
-		[
-			'psql', '-X', '-h', $coord->host, '-p', $coord->port, '-U', 'app_relay',
-			'-d', 'postgres', '-c', "CALL relay_run_l1($seconds)"
-		],
-		'>', \$stdout, '2>', \$stderr);
-}
-
 $coord->safe_psql('postgres', 'GRANT EXECUTE ON FUNCTION outbox_enqueue(text, text, bytea, text, timestamptz, timestamptz, text, regclass) TO app_owner');
 my $last_l1_order = $coord->safe_psql('postgres', 'SELECT coalesce(max(id), 0) FROM app.orders');
-@runs = (producers_l1(8), relay_l1(10), relay_l1(10));
+@runs = (producers($l1_script, 8), relay($coord, 'relay_run_l1', 10),
+	relay($coord, 'relay_run_l1', 10));
 sleep 3;
 $coord->stop('immediate');
 $coord->start;
 $_->finish for @runs;
-@runs = (producers_l1(3), relay_l1(5));
+@runs = (producers($l1_script, 3), relay($coord, 'relay_run_l1', 5));
 $_->finish for @runs;
 $coord->safe_psql('postgres', 'SELECT recover_prepared_transactions()');
 $deadline = time + $PostgreSQL::Test::Utils::timeout_default;
