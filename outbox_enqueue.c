@@ -343,8 +343,7 @@ outbox_enqueue_batch(PG_FUNCTION_ARGS)
 	{
 		bool	   *has_key = palloc0(sizeof(bool) * n[0]);
 		int64	   *keyed_ids = palloc(sizeof(int64) * n[0]);
-		Datum		lookup[3];
-		char		lookup_nulls[3] = {' ', ' ', nulls[3]};
+		Datum		lookup[2];
 		uint64		nkeyed;
 		uint64		next = 0;
 		int			pos;
@@ -357,9 +356,8 @@ outbox_enqueue_batch(PG_FUNCTION_ARGS)
 		CommandCounterIncrement();
 		lookup[0] = values[0];
 		lookup[1] = values[6];
-		lookup[2] = values[3];
 		nkeyed = outbox_execute(t, OUTBOX_PLAN_DEDUP_LOOKUP_BATCH, lookup,
-								lookup_nulls, SPI_OK_SELECT);
+								NULL, SPI_OK_SELECT);
 		for (i = 0; i < nkeyed; i++)
 		{
 			bool		isnull;

@@ -120,10 +120,9 @@ typedef struct OutboxPrepared
 	int			ntables;
 	Oid			relids[OUTBOX_PREPARED_TABLES];
 	int64		table_deltas[OUTBOX_PREPARED_TABLES][OUTBOX_NUM_COUNTERS];
-	/* the wake-ups it owes, sent at COMMIT PREPARED: its first ids... */
+	/* the wake-ups it owes, sent at COMMIT PREPARED: its first, and last */
 	int			nwakeups;
 	OutboxWakeup wakeups[OUTBOX_PREPARED_WAKEUPS];
-	bool		more_wakeups;	/* ... and more: the last one stands for them */
 } OutboxPrepared;
 
 typedef struct OutboxShared

@@ -629,17 +629,16 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 	},
 
 	/*
-	 * the rows holding the batch's keys, by position: $1 recipients, $2 keys,
-	 * $3 tenants (%U: their own keys, in a distributed outbox)
+	 * the rows holding the batch's keys, by position: $1 recipients, $2 keys
+	 * (never on a distributed outbox, whose keyed batches are refused)
 	 */
 	[OUTBOX_PLAN_DEDUP_LOOKUP_BATCH] = {
 		"SELECT u.n, o.id"
-		" FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2),"
-		" pg_catalog.unnest($3))"
-		" WITH ORDINALITY AS u(r, k, t, n)"
+		" FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2))"
+		" WITH ORDINALITY AS u(r, k, n)"
 		" JOIN %1$s o ON o.recipient OPERATOR(pg_catalog.=) u.r"
-		" AND o.dedup_key OPERATOR(pg_catalog.=) u.k%U",
-		{TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID},
+		" AND o.dedup_key OPERATOR(pg_catalog.=) u.k",
+		{TEXTARRAYOID, TEXTARRAYOID},
 		.walk = OUTBOX_WALK_JOINS
 	},
 	[OUTBOX_PLAN_EXISTS] = {OUTBOX_EXISTS_SQL(""), {TEXTOID, TIMESTAMPTZOID, TABLE_TIME}, OUTBOX_LEGACY_EXISTS_SQL(""),.walk = OUTBOX_WALK_SCAN},
@@ -698,9 +697,8 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
  *
  * A statement's text for one table: %1$s replaced by its name, %2$s by its
  * row's select list, %3$s by its dead-letter table's name, %K by the ON
- * CONFLICT clause of a dedup_key, %T and %U by nothing, or on a table
- * distributed by Citus by the tenant of a key lookup ($3; of the batch's
- * keys), and %P<n> by nothing, or on a partitioned table by the range of the
+ * CONFLICT clause of a dedup_key, %T by nothing, or on a table
+ * distributed by Citus by the tenant of a key lookup ($3), and %P<n> by nothing, or on a partitioned table by the range of the
  * ids of the array $<n> (%Q: of the claim's rows).  (Not printf: a
  * statement need not use every one of them.)
  */
@@ -721,13 +719,11 @@ outbox_plan_text(const char *template, const char *name, const char *row_expr,
 								   p[1] == '2' ? row_expr : dead);
 			p += 3;
 		}
-		else if (p[0] == '%' && (p[1] == 'T' || p[1] == 'U'))
+		else if (p[0] == '%' && p[1] == 'T')
 		{
 			/* a distributed outbox's keys are its tenants' own */
 			if (distributed)
-				appendStringInfoString(&buf, p[1] == 'T' ?
-									   " AND tenant_id OPERATOR(pg_catalog.=) $3" :
-									   " AND o.tenant_id OPERATOR(pg_catalog.=) u.t");
+				appendStringInfoString(&buf, " AND tenant_id OPERATOR(pg_catalog.=) $3");
 			p++;
 		}
 		else if (p[0] == '%' && p[1] == 'K')

@@ -752,15 +752,15 @@ static void
 outbox_stash_wakeups(OutboxPrepared *p)
 {
 	int			total = outbox_notify_count + outbox_deferred_count;
+	bool		more = total > OUTBOX_PREPARED_WAKEUPS;
 	int			i;
 
 	p->nwakeups = 0;
-	p->more_wakeups = total > OUTBOX_PREPARED_WAKEUPS;
 	for (i = 0; i < total && p->nwakeups < OUTBOX_PREPARED_WAKEUPS; i++)
 	{
 		/* with more than fit, the last slot takes the very last one */
-		int			j = (p->more_wakeups &&
-						 p->nwakeups == OUTBOX_PREPARED_WAKEUPS - 1) ? total - 1 : i;
+		int			j = (more && p->nwakeups == OUTBOX_PREPARED_WAKEUPS - 1) ?
+			total - 1 : i;
 
 		p->wakeups[p->nwakeups++] = j < outbox_notify_count ?
 			outbox_notify_ids[j].wakeup :
