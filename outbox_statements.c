@@ -68,7 +68,11 @@ StaticAssertDecl(OUTBOX_NUM_PLANS <= OUTBOX_NUM_PLANS_MAX,
  * lock-then-update), the state is re-checked in function form,
  * pg_catalog.texteq(): the same test, but one no partial index predicate can
  * be proven from, so the planner cannot trade the primary key lookup for a
- * scan of a whole partial index, with or without statistics.
+ * scan of a whole partial index, with or without statistics.  They are
+ * walks too (below): a session that first ran them while the table was
+ * nearly empty (a relay connected before the first burst) would otherwise
+ * keep the generic plan made then, a sequential scan, until the next
+ * invalidation, and read the whole table at every ack.
  */
 /* What outbox_execute_work disables for a statement's planning. */
 typedef enum OutboxWalk
@@ -397,25 +401,28 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		OUTBOX_LEGACY_CLAIM_SQL(OUTBOX_RECIPIENT_IS("$2") OUTBOX_BY_TENANT, OUTBOX_BY_RECIPIENT_ORDER),
 		.walk = OUTBOX_WALK_SCAN
 	},
-	[OUTBOX_PLAN_ACK_LOCK] = {OUTBOX_ACK_LOCK_SQL(""), {INT8ARRAYOID, TEXTOID}, OUTBOX_SAME_SQL},
+	[OUTBOX_PLAN_ACK_LOCK] = {OUTBOX_ACK_LOCK_SQL(""), {INT8ARRAYOID, TEXTOID}, OUTBOX_SAME_SQL,.walk = OUTBOX_WALK_SCAN},
 	[OUTBOX_PLAN_ACK_LOCK_R] = {
 		OUTBOX_ACK_LOCK_SQL(OUTBOX_BY_RECIPIENT),
 		{INT8ARRAYOID, TEXTOID},
-		OUTBOX_SAME_SQL
+		OUTBOX_SAME_SQL,
+		.walk = OUTBOX_WALK_SCAN
 	},
 	[OUTBOX_PLAN_ACK_DELIVER] = {
 		"UPDATE %1$s SET delivery_state = 'delivered'"
 		" WHERE id OPERATOR(pg_catalog.=) ANY ($1)%P1"
 		" AND pg_catalog.texteq(delivery_state, 'pending')",
 		{INT8ARRAYOID},
-		OUTBOX_SAME_SQL
+		OUTBOX_SAME_SQL,
+		.walk = OUTBOX_WALK_SCAN
 	},
 	[OUTBOX_PLAN_ACK_FINISH] = {
 		"UPDATE %1$s SET delivery_state = 'acked'"
 		" WHERE id OPERATOR(pg_catalog.=) ANY ($1)%P1"
 		" AND pg_catalog.texteq(delivery_state, 'delivered')",
 		{INT8ARRAYOID},
-		OUTBOX_SAME_SQL
+		OUTBOX_SAME_SQL,
+		.walk = OUTBOX_WALK_SCAN
 	},
 	/* the ack of an outbox that keeps no acked row (retain_acked 0) */
 	[OUTBOX_PLAN_ACK_DELETE] = {
@@ -423,7 +430,8 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		" WHERE id OPERATOR(pg_catalog.=) ANY ($1)%P1"
 		" AND pg_catalog.texteq(delivery_state, 'delivered')",
 		{INT8ARRAYOID},
-		OUTBOX_SAME_SQL
+		OUTBOX_SAME_SQL,
+		.walk = OUTBOX_WALK_SCAN
 	},
 	/* $6 ids, $7 retry_after, $8 error */
 	[OUTBOX_PLAN_RELEASE] = {
@@ -679,7 +687,8 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		" WHERE id OPERATOR(pg_catalog.=) ANY ($1)"
 		" AND pg_catalog.texteq(delivery_state, 'pending')"
 		" ORDER BY id FOR UPDATE SKIP LOCKED",
-		{INT8ARRAYOID}
+		{INT8ARRAYOID},
+		.walk = OUTBOX_WALK_SCAN
 	},
 	[OUTBOX_PLAN_ORDERED_CLAIM] = {
 		"WITH u AS ("
@@ -688,7 +697,8 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		" AND pg_catalog.texteq(o.delivery_state, 'pending')"
 		" RETURNING %2$s)"
 		" SELECT u.* FROM u ORDER BY u.id",
-		{INT8ARRAYOID}
+		{INT8ARRAYOID},
+		.walk = OUTBOX_WALK_SCAN
 	},
 };
 
@@ -831,15 +841,16 @@ outbox_plan(OutboxTable *table, OutboxPlanId id)
 						   outbox_table_distributed(table));
 
 	/*
-	 * Rows by id of a partitioned outbox (%P, %Q): a custom plan prunes the
-	 * partitions at planning, from the ids themselves, so its estimate always
-	 * beats the generic plan's, and the plan cache would plan the statement
-	 * afresh, every partition of it, at each call (half of an ack's time with
-	 * eight partitions).  The generic plan prunes at execution, from the
-	 * range of the ids: it is the one kept.
+	 * Rows by id (%P, %Q): the plan is the primary key's, whatever the ids,
+	 * but a custom plan's estimate for the few ids of one call always beats
+	 * the generic plan's (which assumes ten), so the plan cache would plan
+	 * the statement afresh at each call: a tenth of a relay's time in its
+	 * backend, and on a partitioned outbox, where a custom plan prunes the
+	 * partitions at planning, every partition of it (half of an ack's time
+	 * with eight partitions).  The generic plan (pruned at execution, from
+	 * the range of the ids) is the one kept.
 	 */
-	if (outbox_table_partitioned(table) &&
-		(strstr(sql_text, "%P") != NULL || strstr(sql_text, "%Q") != NULL))
+	if (strstr(sql_text, "%P") != NULL || strstr(sql_text, "%Q") != NULL)
 		cursor_options |= CURSOR_OPT_GENERIC_PLAN;
 
 	save_nestlevel = NewGUCNestLevel();
