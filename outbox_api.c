@@ -601,7 +601,6 @@ outbox_ack_internal(OutboxTable *t, Datum ids, Datum recipient,
 	uint64		nlocked;
 	uint64		npending = 0;
 	uint64		count;
-	uint64		first = 0;
 	Datum	   *locked;
 	Datum	   *pending;
 	uint64		i;
@@ -612,26 +611,17 @@ outbox_ack_internal(OutboxTable *t, Datum ids, Datum recipient,
 	outbox_spi_connect();
 
 	/*
-	 * Without a recipient filter, the common case, a relay acking the rows it
-	 * was handed: ack the delivered ones in one statement.  It locks its rows
-	 * in id order, as the general path's first statement does: it finds them
-	 * by a walk of the primary key (ascending, the array sorted and its
-	 * duplicates dropped), a partitioned outbox's partitions in the order of
-	 * their bounds.  When every id was a delivered row, that is all;
-	 * otherwise (a row pending again, acked, gone, an id given twice) the
-	 * general path below handles the rest, the rows just acked no longer
-	 * among them.
+	 * One id without a recipient filter, the common case: ack a delivered row
+	 * in one statement.  (Only several rows need locking in id order first; a
+	 * row found otherwise takes the general path below.)
 	 */
-	if (recipient_null == 'n')
+	if (recipient_null == 'n' &&
+		ArrayGetNItems(ARR_NDIM(DatumGetArrayTypeP(ids)),
+					   ARR_DIMS(DatumGetArrayTypeP(ids))) == 1 &&
+		outbox_ack_finish(t, values) == 1)
 	{
-		ArrayType  *arr = DatumGetArrayTypeP(ids);
-
-		first = outbox_ack_finish(t, values);
-		if (first == (uint64) ArrayGetNItems(ARR_NDIM(arr), ARR_DIMS(arr)))
-		{
-			SPI_finish();
-			return first;
-		}
+		SPI_finish();
+		return 1;
 	}
 
 	nlocked = outbox_execute(t, recipient_null == 'n' ?
@@ -640,7 +630,7 @@ outbox_ack_internal(OutboxTable *t, Datum ids, Datum recipient,
 	if (nlocked == 0)
 	{
 		SPI_finish();
-		return first;
+		return 0;
 	}
 
 	locked = palloc(sizeof(Datum) * nlocked);
@@ -671,7 +661,7 @@ outbox_ack_internal(OutboxTable *t, Datum ids, Datum recipient,
 	count = outbox_ack_finish(t, values);
 	SPI_finish();
 
-	return first + count;
+	return count;
 }
 
 /*
