@@ -111,6 +111,8 @@ outbox_claim_into(FunctionCallInfo fcinfo, OutboxTable *t, int argno,
 							 nulls[1] == ' ' ? DatumGetTextPP(values[1]) : NULL,
 							 nulls[2] == ' ' ? DatumGetTextPP(values[2]) : NULL,
 							 now, false);
+	else if (outbox_table_partitioned(t))
+		outbox_claim_locked(t, OUTBOX_PLAN_CLAIM_LOCK + variant, values, nulls);
 	else
 		outbox_execute(t, OUTBOX_PLAN_CLAIM + variant, values, nulls,
 					   SPI_OK_SELECT);

@@ -549,6 +549,38 @@ outbox_claim_ordered(OutboxTable *table, int64 max_rows, text *recipient,
 	table_close(rel, NoLock);
 	ids = PointerGetDatum(construct_array(keep, nkeep, INT8OID, sizeof(int64),
 										  FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-	outbox_execute(table, OUTBOX_PLAN_ORDERED_CLAIM, &ids, NULL, SPI_OK_SELECT);
+	outbox_execute(table, OUTBOX_PLAN_CLAIM_IDS, &ids, NULL, SPI_OK_SELECT);
+	return SPI_processed;
+}
+
+/*
+ * outbox_claim_locked
+ *
+ * A partitioned outbox's claim (see OUTBOX_CLAIM_LOCK_SQL): the rows locked
+ * by the statement lock (a variant of OUTBOX_PLAN_CLAIM_LOCK, with the
+ * claim's values), then moved to delivered by their ids.  Returns the rows
+ * claimed, in SPI_tuptable as the one-statement claim leaves them.
+ */
+uint64
+outbox_claim_locked(OutboxTable *table, OutboxPlanId lock, Datum *values,
+					const char *nulls)
+{
+	Datum	   *locked;
+	Datum		ids;
+	int			n;
+	int			i;
+
+	n = (int) outbox_execute(table, lock, values, nulls, SPI_OK_SELECT);
+	locked = palloc(sizeof(Datum) * Max(n, 1));
+	for (i = 0; i < n; i++)
+	{
+		bool		isnull;
+
+		locked[i] = SPI_getbinval(SPI_tuptable->vals[i],
+								  SPI_tuptable->tupdesc, 1, &isnull);
+	}
+	ids = PointerGetDatum(construct_array(locked, n, INT8OID, sizeof(int64),
+										  FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	outbox_execute(table, OUTBOX_PLAN_CLAIM_IDS, &ids, NULL, SPI_OK_SELECT);
 	return SPI_processed;
 }

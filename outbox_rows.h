@@ -42,5 +42,7 @@ extern void outbox_sync_backlog(OutboxDatabase *db);
 extern uint64 outbox_claim_ordered(OutboxTable *table, int64 max_rows,
 								   text *recipient, text *tenant,
 								   TimestampTz now, bool probe);
+extern uint64 outbox_claim_locked(OutboxTable *table, OutboxPlanId lock,
+								  Datum *values, const char *nulls);
 
 #endif							/* OUTBOX_ROWS_H */

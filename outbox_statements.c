@@ -27,6 +27,7 @@
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
+#include "utils/array.h"
 #include "miscadmin.h"
 #include "utils/guc.h"
 
@@ -48,8 +49,9 @@ typedef struct OutboxStatementRun
 static SPIPlanPtr outbox_plan(OutboxTable *table, OutboxPlanId id);
 static void outbox_execute_work(void *arg);
 static char *outbox_plan_text(const char *template, const char *name,
-							  const char *row_expr, const char *dead,
+							  const char *row_expr, const char *dead, int ids,
 							  bool partitioned, bool distributed);
+static Datum outbox_sorted_ids(Datum ids);
 
 StaticAssertDecl(OUTBOX_NUM_PLANS <= OUTBOX_NUM_PLANS_MAX,
 				 "OUTBOX_NUM_PLANS_MAX is too small");
@@ -102,6 +104,17 @@ typedef struct OutboxPlanDef
 	 * statement that joins its locked rows back to the table.
 	 */
 	OutboxWalk	walk;
+
+	/*
+	 * Rows by id: the number of the parameter holding their ids (an int8[]),
+	 * 0 for none.  Such a statement keeps its generic plan (see outbox_plan),
+	 * and on a partitioned outbox its %P bounds the ids' range from that
+	 * array, which outbox_execute passes sorted (see there).
+	 */
+	int			ids;
+
+	/* keeps its generic plan (as every statement of rows by id does) */
+	bool		generic;
 } OutboxPlanDef;
 
 /*
@@ -135,7 +148,7 @@ typedef struct OutboxPlanDef
  * whatever that estimate, not by a join it could plan as a hash of the
  * whole table.
  */
-#define OUTBOX_CLAIM_SQL(filter, by) \
+#define OUTBOX_CLAIM_ROWS_SQL(filter, by) \
 	"WITH d AS (" \
 	"SELECT id FROM %1$s" \
 	" WHERE delivery_state OPERATOR(pg_catalog.=) 'pending'" \
@@ -148,14 +161,27 @@ typedef struct OutboxPlanDef
 	filter OUTBOX_UNEXPIRED("$4", "$5") \
 	" ORDER BY " by "id" \
 	" LIMIT ($1 OPERATOR(pg_catalog.-) (SELECT pg_catalog.count(*) FROM d))" \
-	" FOR UPDATE SKIP LOCKED)," \
+	" FOR UPDATE SKIP LOCKED)"
+#define OUTBOX_CLAIM_SQL(filter, by) \
+	OUTBOX_CLAIM_ROWS_SQL(filter, by) "," \
 	" u AS (" \
 	"UPDATE %1$s o SET delivery_state = 'delivered'" \
 	" WHERE o.id OPERATOR(pg_catalog.=)" \
-	" ANY (ARRAY(SELECT id FROM d UNION ALL SELECT id FROM r))%Q" \
+	" ANY (ARRAY(SELECT id FROM d UNION ALL SELECT id FROM r))" \
 	" AND pg_catalog.texteq(o.delivery_state, 'pending')" \
 	" RETURNING %2$s)" \
 	" SELECT u.* FROM u ORDER BY u.id"
+/*
+ * A partitioned outbox's claim in two statements: the rows locked, then
+ * (OUTBOX_PLAN_CLAIM_IDS) updated by their ids.  In one, the UPDATE's
+ * partitions could be pruned only during the run, from the locked ids,
+ * after its executor start has set up every partition's scan and opened
+ * every one of their indexes; by the ids' range of a parameter, they are
+ * pruned at executor start.
+ */
+#define OUTBOX_CLAIM_LOCK_SQL(filter, by) \
+	OUTBOX_CLAIM_ROWS_SQL(filter, by) \
+	" SELECT id FROM d UNION ALL SELECT id FROM r"
 #define OUTBOX_BY_RECIPIENT	" AND recipient OPERATOR(pg_catalog.=) $2"
 
 /*
@@ -182,7 +208,7 @@ typedef struct OutboxPlanDef
 #define OUTBOX_ACK_LOCK_SQL(filter) \
 	"SELECT id, delivery_state OPERATOR(pg_catalog.=) 'pending'" \
 	" FROM %1$s" \
-	" WHERE id OPERATOR(pg_catalog.=) ANY ($1)%P1" \
+	" WHERE id OPERATOR(pg_catalog.=) ANY ($1)%P" \
 	" AND NOT pg_catalog.texteq(delivery_state, 'acked')" filter \
 	" ORDER BY id FOR UPDATE"
 
@@ -387,56 +413,115 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		{TEXTOID, TEXTOID, TEXTOID},
 		.walk = OUTBOX_WALK_SCAN
 	},
-	[OUTBOX_PLAN_CLAIM] = {OUTBOX_CLAIM_SQL("", ""), OUTBOX_CLAIM_ARGS, OUTBOX_LEGACY_CLAIM_SQL("", ""),.walk = OUTBOX_WALK_SCAN},
+	[OUTBOX_PLAN_CLAIM] = {
+		OUTBOX_CLAIM_SQL("", ""),
+		OUTBOX_CLAIM_ARGS,
+		OUTBOX_LEGACY_CLAIM_SQL("", ""),
+		.walk = OUTBOX_WALK_SCAN,
+		.generic = true
+	},
 	[OUTBOX_PLAN_CLAIM_R] = {
 		OUTBOX_CLAIM_SQL(OUTBOX_RECIPIENT_IS("$2"), OUTBOX_BY_RECIPIENT_ORDER),
 		OUTBOX_CLAIM_ARGS,
 		OUTBOX_LEGACY_CLAIM_SQL(OUTBOX_RECIPIENT_IS("$2"), OUTBOX_BY_RECIPIENT_ORDER),
-		.walk = OUTBOX_WALK_SCAN
+		.walk = OUTBOX_WALK_SCAN,
+		.generic = true
 	},
-	[OUTBOX_PLAN_CLAIM_T] = {OUTBOX_CLAIM_SQL(OUTBOX_BY_TENANT, ""), OUTBOX_CLAIM_ARGS, OUTBOX_LEGACY_CLAIM_SQL(OUTBOX_BY_TENANT, ""),.walk = OUTBOX_WALK_SCAN},
+	[OUTBOX_PLAN_CLAIM_T] = {
+		OUTBOX_CLAIM_SQL(OUTBOX_BY_TENANT, ""),
+		OUTBOX_CLAIM_ARGS,
+		OUTBOX_LEGACY_CLAIM_SQL(OUTBOX_BY_TENANT, ""),
+		.walk = OUTBOX_WALK_SCAN,
+		.generic = true
+	},
 	[OUTBOX_PLAN_CLAIM_RT] = {
 		OUTBOX_CLAIM_SQL(OUTBOX_RECIPIENT_IS("$2") OUTBOX_BY_TENANT, OUTBOX_BY_RECIPIENT_ORDER),
 		OUTBOX_CLAIM_ARGS,
 		OUTBOX_LEGACY_CLAIM_SQL(OUTBOX_RECIPIENT_IS("$2") OUTBOX_BY_TENANT, OUTBOX_BY_RECIPIENT_ORDER),
-		.walk = OUTBOX_WALK_SCAN
+		.walk = OUTBOX_WALK_SCAN,
+		.generic = true
 	},
-	[OUTBOX_PLAN_ACK_LOCK] = {OUTBOX_ACK_LOCK_SQL(""), {INT8ARRAYOID, TEXTOID}, OUTBOX_SAME_SQL,.walk = OUTBOX_WALK_SCAN},
+	/* partitioned outboxes have the policy's columns: no legacy statements */
+	[OUTBOX_PLAN_CLAIM_LOCK] = {
+		OUTBOX_CLAIM_LOCK_SQL("", ""),
+		OUTBOX_CLAIM_ARGS,
+		.walk = OUTBOX_WALK_SCAN,
+		.generic = true
+	},
+	[OUTBOX_PLAN_CLAIM_LOCK_R] = {
+		OUTBOX_CLAIM_LOCK_SQL(OUTBOX_RECIPIENT_IS("$2"), OUTBOX_BY_RECIPIENT_ORDER),
+		OUTBOX_CLAIM_ARGS,
+		.walk = OUTBOX_WALK_SCAN,
+		.generic = true
+	},
+	[OUTBOX_PLAN_CLAIM_LOCK_T] = {
+		OUTBOX_CLAIM_LOCK_SQL(OUTBOX_BY_TENANT, ""),
+		OUTBOX_CLAIM_ARGS,
+		.walk = OUTBOX_WALK_SCAN,
+		.generic = true
+	},
+	[OUTBOX_PLAN_CLAIM_LOCK_RT] = {
+		OUTBOX_CLAIM_LOCK_SQL(OUTBOX_RECIPIENT_IS("$2") OUTBOX_BY_TENANT, OUTBOX_BY_RECIPIENT_ORDER),
+		OUTBOX_CLAIM_ARGS,
+		.walk = OUTBOX_WALK_SCAN,
+		.generic = true
+	},
+
+	/*
+	 * The locked rows of a claim, by id, to delivered: a partitioned outbox's
+	 * (OUTBOX_CLAIM_LOCK_SQL) or an ordered one's (outbox_claim_ordered)
+	 */
+	[OUTBOX_PLAN_CLAIM_IDS] = {
+		"WITH u AS ("
+		"UPDATE %1$s o SET delivery_state = 'delivered'"
+		" WHERE o.id OPERATOR(pg_catalog.=) ANY ($1)%P"
+		" AND pg_catalog.texteq(o.delivery_state, 'pending')"
+		" RETURNING %2$s)"
+		" SELECT u.* FROM u ORDER BY u.id",
+		{INT8ARRAYOID},
+		.walk = OUTBOX_WALK_SCAN,
+		.ids = 1
+	},
+	[OUTBOX_PLAN_ACK_LOCK] = {OUTBOX_ACK_LOCK_SQL(""), {INT8ARRAYOID, TEXTOID}, OUTBOX_SAME_SQL,.walk = OUTBOX_WALK_SCAN,.ids = 1},
 	[OUTBOX_PLAN_ACK_LOCK_R] = {
 		OUTBOX_ACK_LOCK_SQL(OUTBOX_BY_RECIPIENT),
 		{INT8ARRAYOID, TEXTOID},
 		OUTBOX_SAME_SQL,
-		.walk = OUTBOX_WALK_SCAN
+		.walk = OUTBOX_WALK_SCAN,
+		.ids = 1
 	},
 	[OUTBOX_PLAN_ACK_DELIVER] = {
 		"UPDATE %1$s SET delivery_state = 'delivered'"
-		" WHERE id OPERATOR(pg_catalog.=) ANY ($1)%P1"
+		" WHERE id OPERATOR(pg_catalog.=) ANY ($1)%P"
 		" AND pg_catalog.texteq(delivery_state, 'pending')",
 		{INT8ARRAYOID},
 		OUTBOX_SAME_SQL,
-		.walk = OUTBOX_WALK_SCAN
+		.walk = OUTBOX_WALK_SCAN,
+		.ids = 1
 	},
 	[OUTBOX_PLAN_ACK_FINISH] = {
 		"UPDATE %1$s SET delivery_state = 'acked'"
-		" WHERE id OPERATOR(pg_catalog.=) ANY ($1)%P1"
+		" WHERE id OPERATOR(pg_catalog.=) ANY ($1)%P"
 		" AND pg_catalog.texteq(delivery_state, 'delivered')",
 		{INT8ARRAYOID},
 		OUTBOX_SAME_SQL,
-		.walk = OUTBOX_WALK_SCAN
+		.walk = OUTBOX_WALK_SCAN,
+		.ids = 1
 	},
 	/* the ack of an outbox that keeps no acked row (retain_acked 0) */
 	[OUTBOX_PLAN_ACK_DELETE] = {
 		"DELETE FROM %1$s"
-		" WHERE id OPERATOR(pg_catalog.=) ANY ($1)%P1"
+		" WHERE id OPERATOR(pg_catalog.=) ANY ($1)%P"
 		" AND pg_catalog.texteq(delivery_state, 'delivered')",
 		{INT8ARRAYOID},
 		OUTBOX_SAME_SQL,
-		.walk = OUTBOX_WALK_SCAN
+		.walk = OUTBOX_WALK_SCAN,
+		.ids = 1
 	},
 	/* $6 ids, $7 retry_after, $8 error */
 	[OUTBOX_PLAN_RELEASE] = {
 		OUTBOX_REQUEUE_SQL("SELECT " OUTBOX_LOCKED_COLUMNS " FROM %1$s"
-						   " WHERE id OPERATOR(pg_catalog.=) ANY ($6)%P6"
+						   " WHERE id OPERATOR(pg_catalog.=) ANY ($6)%P"
 						   " AND pg_catalog.texteq(delivery_state, 'delivered')"
 						   " ORDER BY id FOR UPDATE",
 						   "CASE WHEN $7 IS NOT NULL"
@@ -447,7 +532,8 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		OUTBOX_LEGACY_REQUEUE_SQL("SELECT id FROM %1$s"
 								  " WHERE id OPERATOR(pg_catalog.=) ANY ($6)"
 								  " AND pg_catalog.texteq(delivery_state, 'delivered')"
-								  " ORDER BY id FOR UPDATE"),.walk = OUTBOX_WALK_JOINS},
+								  " ORDER BY id FOR UPDATE"),.walk = OUTBOX_WALK_JOINS,
+	.ids = 6},
 	/* $6 cutoff, $7 max rows */
 	[OUTBOX_PLAN_RECLAIM] = {
 		OUTBOX_REQUEUE_SQL("SELECT " OUTBOX_LOCKED_COLUMNS " FROM %1$s"
@@ -499,7 +585,7 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 	[OUTBOX_PLAN_REJECT] = {
 		"WITH l AS ("
 		"SELECT id FROM %1$s"
-		" WHERE id OPERATOR(pg_catalog.=) ANY ($2)%P2"
+		" WHERE id OPERATOR(pg_catalog.=) ANY ($2)%P"
 		" AND pg_catalog.texteq(delivery_state, 'delivered')"
 		" ORDER BY id FOR UPDATE),"
 		" d AS (DELETE FROM %1$s o USING l"
@@ -508,7 +594,8 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		" RETURNING o.*),"
 		OUTBOX_TO_DEAD("coalesce($3, last_error)", "'rejected'")
 		" SELECT pg_catalog.count(*) FROM x",
-	{TIMESTAMPTZOID, INT8ARRAYOID, TEXTOID},.walk = OUTBOX_WALK_JOINS},
+		{TIMESTAMPTZOID, INT8ARRAYOID, TEXTOID},.walk = OUTBOX_WALK_JOINS,
+	.ids = 2},
 	/* $1 now (the new created_at), $2 ids */
 	[OUTBOX_PLAN_REDRIVE] = {
 		"WITH l AS ("
@@ -688,17 +775,8 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
 		" AND pg_catalog.texteq(delivery_state, 'pending')"
 		" ORDER BY id FOR UPDATE SKIP LOCKED",
 		{INT8ARRAYOID},
-		.walk = OUTBOX_WALK_SCAN
-	},
-	[OUTBOX_PLAN_ORDERED_CLAIM] = {
-		"WITH u AS ("
-		"UPDATE %1$s o SET delivery_state = 'delivered'"
-		" WHERE o.id OPERATOR(pg_catalog.=) ANY ($1)"
-		" AND pg_catalog.texteq(o.delivery_state, 'pending')"
-		" RETURNING %2$s)"
-		" SELECT u.* FROM u ORDER BY u.id",
-		{INT8ARRAYOID},
-		.walk = OUTBOX_WALK_SCAN
+		.walk = OUTBOX_WALK_SCAN,
+		.ids = 1
 	},
 };
 
@@ -708,13 +786,14 @@ static const OutboxPlanDef outbox_plan_defs[OUTBOX_NUM_PLANS] = {
  * A statement's text for one table: %1$s replaced by its name, %2$s by its
  * row's select list, %3$s by its dead-letter table's name, %K by the ON
  * CONFLICT clause of a dedup_key, %T by nothing, or on a table
- * distributed by Citus by the tenant of a key lookup ($3), and %P<n> by nothing, or on a partitioned table by the range of the
- * ids of the array $<n> (%Q: of the claim's rows).  (Not printf: a
- * statement need not use every one of them.)
+ * distributed by Citus by the tenant of a key lookup ($3), and %P by
+ * nothing, or on a partitioned table by the range of the ids of the array
+ * parameter number ids.  (Not printf: a statement need not use every one
+ * of them.)
  */
 static char *
 outbox_plan_text(const char *template, const char *name, const char *row_expr,
-				 const char *dead, bool partitioned, bool distributed)
+				 const char *dead, int ids, bool partitioned, bool distributed)
 {
 	StringInfoData buf;
 	const char *p;
@@ -747,35 +826,25 @@ outbox_plan_text(const char *template, const char *name, const char *row_expr,
 								   OUTBOX_KEY_CONFLICT);
 			p++;
 		}
-		else if (p[0] == '%' && p[1] == 'Q')
-		{
-			/* the same for the claim's rows, the CTEs d and r */
-			if (partitioned)
-				appendStringInfoString(&buf,
-									   " AND o.id OPERATOR(pg_catalog.>=)"
-									   " (SELECT pg_catalog.min(id) FROM"
-									   " (SELECT id FROM d UNION ALL SELECT id FROM r) x)"
-									   " AND o.id OPERATOR(pg_catalog.<=)"
-									   " (SELECT pg_catalog.max(id) FROM"
-									   " (SELECT id FROM d UNION ALL SELECT id FROM r) x)");
-			p++;
-		}
-		else if (p[0] == '%' && p[1] == 'P' && p[2] >= '1' && p[2] <= '9')
+		else if (p[0] == '%' && p[1] == 'P')
 		{
 			/*
 			 * Rows by id of a partitioned outbox: the range of the ids too,
-			 * which prunes the scans to the partitions holding them.  "id =
+			 * from the array's first and last elements (outbox_execute sorts
+			 * it), which prunes at executor start, so that the partitions
+			 * holding none of the ids are neither opened nor scanned.  "id =
 			 * ANY ($n)" alone prunes only at plan time, never in a kept
-			 * generic plan.
+			 * generic plan; a range from subqueries of the array prunes only
+			 * during the run, after every partition's scan is set up.
 			 */
+			Assert(ids >= 1 && ids <= OUTBOX_PLAN_MAX_ARGS);
 			if (partitioned)
 				appendStringInfo(&buf,
-								 " AND id OPERATOR(pg_catalog.>=)"
-								 " (SELECT pg_catalog.min(i) FROM pg_catalog.unnest($%c) i)"
+								 " AND id OPERATOR(pg_catalog.>=) $%d[1]"
 								 " AND id OPERATOR(pg_catalog.<=)"
-								 " (SELECT pg_catalog.max(i) FROM pg_catalog.unnest($%c) i)",
-								 p[2], p[2]);
-			p += 2;
+								 " $%d[pg_catalog.array_upper($%d, 1)]",
+								 ids, ids, ids);
+			p++;
 		}
 		else
 			appendStringInfoChar(&buf, *p);
@@ -836,21 +905,22 @@ outbox_plan(OutboxTable *table, OutboxPlanId id)
 				 errhint("Its dead-letter table was dropped: detach the outbox and attach it again to recreate it.")));
 	sql = outbox_plan_text(sql_text, outbox_table_name(table),
 						   outbox_table_row_expr(table),
-						   outbox_table_dead_name(table),
+						   outbox_table_dead_name(table), def->ids,
 						   outbox_table_partitioned(table),
 						   outbox_table_distributed(table));
 
 	/*
-	 * Rows by id (%P, %Q): the plan is the primary key's, whatever the ids,
-	 * but a custom plan's estimate for the few ids of one call always beats
-	 * the generic plan's (which assumes ten), so the plan cache would plan
-	 * the statement afresh at each call: a tenth of a relay's time in its
-	 * backend, and on a partitioned outbox, where a custom plan prunes the
-	 * partitions at planning, every partition of it (half of an ack's time
-	 * with eight partitions).  The generic plan (pruned at execution, from
-	 * the range of the ids) is the one kept.
+	 * Rows by id (ids), and the claim: the plan is the primary key's (the
+	 * claim's, its indexes' walk), whatever the ids, but a custom plan's
+	 * estimate for the few ids of one call always beats the generic plan's
+	 * (which assumes ten), so the plan cache would plan the statement afresh
+	 * at each call: a tenth of a relay's time in its backend, and on a
+	 * partitioned outbox, where a custom plan prunes the partitions at
+	 * planning, every partition of it (half of an ack's time with eight
+	 * partitions).  The generic plan (pruned at executor start, from the
+	 * range of the ids) is the one kept.
 	 */
-	if (strstr(sql_text, "%P") != NULL || strstr(sql_text, "%Q") != NULL)
+	if (def->ids > 0 || def->generic)
 		cursor_options |= CURSOR_OPT_GENERIC_PLAN;
 
 	save_nestlevel = NewGUCNestLevel();
@@ -901,6 +971,21 @@ outbox_execute(OutboxTable *table, OutboxPlanId id, Datum *values,
 			   const char *nulls, int expected)
 {
 	OutboxStatementRun run;
+	int			ids = outbox_plan_defs[id].ids;
+	Datum		sorted[OUTBOX_PLAN_MAX_ARGS];
+
+	/*
+	 * A partitioned outbox's statement of rows by id takes its ids' range
+	 * from the first and last elements of their array (%P): the array is
+	 * passed sorted.
+	 */
+	if (ids > 0 && outbox_table_partitioned(table) &&
+		(nulls == NULL || nulls[ids - 1] != 'n'))
+	{
+		memcpy(sorted, values, sizeof(sorted));
+		sorted[ids - 1] = outbox_sorted_ids(values[ids - 1]);
+		values = sorted;
+	}
 
 	run.table = table;
 	run.id = id;
@@ -939,6 +1024,37 @@ outbox_execute(OutboxTable *table, OutboxPlanId id, Datum *values,
 			 (int) id, SPI_result_code_string(run.rc),
 			 SPI_result_code_string(expected));
 	return SPI_processed;
+}
+
+/*
+ * outbox_sorted_ids
+ *
+ * An int8[] of ids, sorted, one-dimensional from 1, without its NULLs (which
+ * "id = ANY (...)" never matches): its first and last elements are then its
+ * least and greatest, NULL when it is empty.
+ */
+static Datum
+outbox_sorted_ids(Datum ids)
+{
+	ArrayType  *array = DatumGetArrayTypeP(ids);
+	Datum	   *elems;
+	bool	   *elem_nulls;
+	int64	   *vals;
+	int			nelems;
+	int			n = 0;
+	int			i;
+
+	deconstruct_array(array, INT8OID, sizeof(int64), FLOAT8PASSBYVAL,
+					  TYPALIGN_DOUBLE, &elems, &elem_nulls, &nelems);
+	vals = palloc(Max(nelems, 1) * sizeof(int64));
+	for (i = 0; i < nelems; i++)
+		if (!elem_nulls[i])
+			vals[n++] = DatumGetInt64(elems[i]);
+	qsort(vals, n, sizeof(int64), outbox_int64_cmp);
+	for (i = 0; i < n; i++)
+		elems[i] = Int64GetDatum(vals[i]);
+	return PointerGetDatum(construct_array(elems, n, INT8OID, sizeof(int64),
+										   FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 }
 
 /*

@@ -248,6 +248,47 @@ SELECT outbox_release(ARRAY[2, 999]::bigint[], outbox => 'part.t') AS released;
 SELECT * FROM regress_parts('part.t');
 SELECT id, dead_reason, last_error FROM part.t_dead ORDER BY id;
 
+-- The statements of rows by id keep a generic plan that prunes, at executor
+-- start, the partitions not holding the ids: an ack opens the indexes of the
+-- partitions holding its ids only (of t_p2 here), and a claim, which walks
+-- every partition's pending rows, updates them through the primary keys of
+-- the partitions in the range of the rows it locked only (4 and 15: t_p0 to
+-- t_p2).  Pruned
+-- while running, every partition's scan would be set up, and every primary
+-- key opened.  (Locks taken in a subtransaction go with it: each call runs
+-- once first, to be planned, then again to be looked at; all rolled back.)
+CREATE VIEW part_opened AS
+SELECT string_agg(DISTINCT substring(c.relname FROM '^t_(p\d+)_'), ' '
+                  ORDER BY substring(c.relname FROM '^t_(p\d+)_')) AS indexes_of,
+       string_agg(DISTINCT substring(c.relname FROM '^t_(p\d+)_pkey$'), ' '
+                  ORDER BY substring(c.relname FROM '^t_(p\d+)_pkey$')) AS primary_keys_of
+  FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+ WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation'
+   AND c.relkind = 'i' AND c.relnamespace = 'part'::regnamespace;
+BEGIN;
+SAVEPOINT planned;
+SELECT outbox_ack(ARRAY[13, 11]::bigint[], outbox => 'part.t') AS acked;
+ROLLBACK TO planned;
+SELECT * FROM part_opened;
+SELECT outbox_ack(ARRAY[13, 11]::bigint[], outbox => 'part.t') AS acked;
+SELECT * FROM part_opened;
+ROLLBACK;
+BEGIN;
+SAVEPOINT planned;
+SELECT id FROM outbox_claim(2, outbox => 'part.t');
+ROLLBACK TO planned;
+SELECT id FROM outbox_claim(2, outbox => 'part.t');
+SELECT * FROM part_opened;
+ROLLBACK;
+-- the ids' range is the array's, whatever its order and bounds
+BEGIN;
+SELECT outbox_ack('[5:7]={14,6,11}'::bigint[], outbox => 'part.t') AS acked;
+SELECT id, delivery_state FROM part.t WHERE id IN (6, 11, 14) ORDER BY id;
+SELECT outbox_release('[0:1]={13,1}'::bigint[], outbox => 'part.t') AS released;
+SELECT id, delivery_state FROM part.t WHERE id IN (1, 13) ORDER BY id;
+ROLLBACK;
+DROP VIEW part_opened;
+
 -- An ack-like UPDATE by id, planned once for any id (a generic plan):
 -- the partitions not holding the id are pruned at executor start-up.
 PREPARE ack_like(bigint) AS
