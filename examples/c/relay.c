@@ -23,7 +23,9 @@
  *	 pushed from the last batch and claims the next in one statement, so one
  *	 transaction (the relay never opens one itself).  '{}' acks nothing: the
  *	 first round of a drain.  Failed and refused rows are released or
- *	 rejected before the next round and never acked.
+ *	 rejected before the next round and never acked.  The statement is
+ *	 prepared once per connection (behind PgBouncer in transaction mode,
+ *	 that needs its max_prepared_statements).
  * - The relay's session runs with synchronous_commit = off
  *	 (RELAY_SYNCHRONOUS_COMMIT): its commits do not wait for their WAL to
  *	 reach disk, and at-least-once delivery survives losing the last of them
@@ -104,6 +106,9 @@
 #include <unistd.h>
 
 #include <libpq-fe.h>
+
+/* the name of the round's prepared statement (outbox_ack_claim) */
+#define ROUND_STATEMENT "delivery_outbox_round"
 
 /* One claimed row, as deliver() sees it. */
 typedef struct OutboxRow
@@ -436,6 +441,22 @@ relay_connect(void)
 	}
 	free(sql);
 	PQfreemem(ident);
+
+	/*
+	 * The round's statement, prepared once per connection: parsed and
+	 * planned here, not at every batch (a sixth of the server's time per
+	 * round when sent as text each time).  A reconnect prepares it again.
+	 */
+	if (PQresultStatus(res) == PGRES_COMMAND_OK)
+	{
+		PQclear(res);
+		res = PQprepare(conn, ROUND_STATEMENT,
+						"SELECT id, recipient, kind, tenant_id, payload,"
+						"       delivery_attempts"
+						"  FROM outbox_ack_claim($1::bigint[], $2::integer,"
+						"                        outbox => $3::regclass)",
+						3, NULL);
+	}
 	if (PQresultStatus(res) != PGRES_COMMAND_OK)
 	{
 		logmsg("connection lost: %s", first_line(PQerrorMessage(conn)));
@@ -507,12 +528,7 @@ drain(PGconn *conn)
 		int			nrows;
 		int			rc = 0;
 
-		res = PQexecParams(conn,
-						   "SELECT id, recipient, kind, tenant_id, payload,"
-						   "       delivery_attempts"
-						   "  FROM outbox_ack_claim($1::bigint[], $2::integer,"
-						   "                        outbox => $3::regclass)",
-						   3, NULL, params, NULL, NULL, 0);
+		res = PQexecPrepared(conn, ROUND_STATEMENT, 3, params, NULL, NULL, 0);
 		free(acking);
 		if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		{

@@ -237,10 +237,14 @@ class Relay {
     while (!this.stopping) {
       this.woken = false;
       const ids = this.unacked;
-      const { rows } = await client.query(
-        'SELECT id, recipient, kind, tenant_id, payload, delivery_attempts' +
-        '  FROM outbox_ack_claim($1::bigint[], $2::integer, outbox => $3::regclass)',
-        [ids, BATCH, OUTBOX]);
+      // prepared once per connection (named): parsed and planned at the
+      // first round, not at every batch
+      const { rows } = await client.query({
+        name: 'delivery_outbox_round',
+        text: 'SELECT id, recipient, kind, tenant_id, payload, delivery_attempts' +
+              '  FROM outbox_ack_claim($1::bigint[], $2::integer, outbox => $3::regclass)',
+        values: [ids, BATCH, OUTBOX],
+      });
       // committed (each query is its own transaction): those ids are acked
       this.counts.rounds += 1;
       this.counts.acked += ids.length;

@@ -309,12 +309,14 @@ class Relay:
         refusals.  The ids pushed now are acked by the next round.  True if
         rows were claimed."""
         ids = self.unacked.get(outbox, [])
+        # prepared on the server at the first round of each connection,
+        # not parsed and planned again at every batch
         rows = conn.execute(
             "SELECT id, recipient, kind, tenant_id, payload,"
             "       delivery_attempts"
             "  FROM outbox_ack_claim(%s::bigint[], %s::integer,"
             "                        outbox => %s::text::regclass)",
-            (ids, BATCH, outbox)).fetchall()
+            (ids, BATCH, outbox), prepare=True).fetchall()
         # committed (autocommit): those ids are acked
         self.counts["rounds"] += 1
         self.counts["acked"] += len(ids)

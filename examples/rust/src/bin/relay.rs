@@ -100,7 +100,7 @@ use delivery_outbox_examples::{config, setting};
 use futures_util::{stream, StreamExt};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{mpsc, Notify};
-use tokio_postgres::{AsyncMessage, Client, NoTls};
+use tokio_postgres::{AsyncMessage, Client, NoTls, Statement};
 
 type Result<T> = std::result::Result<T, Box<dyn Error>>;
 
@@ -369,6 +369,7 @@ async fn listen(
 /// An outbox whose channel is notified meanwhile gets another turn.
 async fn drain(
     client: &Client,
+    round: &Statement,
     s: &Settings,
     outboxes: &Outboxes,
     channels: Option<&BTreeSet<String>>,
@@ -385,7 +386,7 @@ async fn drain(
     while !todo.is_empty() && !stop.requested() {
         let mut next = Vec::new();
         for outbox in &todo {
-            if drain_batch(client, s, outbox, stats, unacked, stop).await? {
+            if drain_batch(client, round, s, outbox, stats, unacked, stop).await? {
                 next.push(outbox.clone());
             }
         }
@@ -409,6 +410,7 @@ async fn drain(
 /// rows were claimed.
 async fn drain_batch(
     client: &Client,
+    round: &Statement,
     s: &Settings,
     outbox: &Option<String>,
     stats: &mut Stats,
@@ -416,14 +418,7 @@ async fn drain_batch(
     stop: &Stop,
 ) -> Result<bool> {
     let ids = unacked.get(outbox).cloned().unwrap_or_default();
-    let rows = client
-        .query(
-            "SELECT id, recipient, payload, delivery_attempts
-               FROM outbox_ack_claim($1::bigint[], $2::integer,
-                                     outbox => $3::text::regclass)",
-            &[&ids, &s.batch, outbox],
-        )
-        .await?;
+    let rows = client.query(round, &[&ids, &s.batch, outbox]).await?;
     // committed (each statement is its own transaction): those are acked
     stats.rounds += 1;
     stats.acked += ids.len() as u64;
@@ -507,6 +502,16 @@ async fn session(
         )
         .await?
         .get(0);
+    // The round's statement, prepared once per connection: parsed and
+    // planned here, not at every batch (a query given as text is prepared
+    // again at each call).
+    let round = client
+        .prepare(
+            "SELECT id, recipient, payload, delivery_attempts
+               FROM outbox_ack_claim($1::bigint[], $2::integer,
+                                     outbox => $3::text::regclass)",
+        )
+        .await?;
     let mut listening = BTreeSet::new();
     *served = outboxes(&client, s, served).await?;
     listen(&client, served, &mut listening).await?;
@@ -534,6 +539,7 @@ async fn session(
     loop {
         drain(
             &client,
+            &round,
             s,
             served,
             channels.as_ref(),
