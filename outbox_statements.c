@@ -982,7 +982,13 @@ outbox_execute(OutboxTable *table, OutboxPlanId id, Datum *values,
 	if (ids > 0 && outbox_table_partitioned(table) &&
 		(nulls == NULL || nulls[ids - 1] != 'n'))
 	{
-		memcpy(sorted, values, sizeof(sorted));
+		int			nargs = 0;
+
+		while (nargs < OUTBOX_PLAN_MAX_ARGS &&
+			   OidIsValid(outbox_plan_defs[id].argtypes[nargs]))
+			nargs++;
+		Assert(ids <= nargs);
+		memcpy(sorted, values, sizeof(Datum) * nargs);
 		sorted[ids - 1] = outbox_sorted_ids(values[ids - 1]);
 		values = sorted;
 	}
