@@ -571,7 +571,9 @@ outbox_claim_locked(OutboxTable *table, OutboxPlanId lock, Datum *values,
 	int			i;
 
 	n = (int) outbox_execute(table, lock, values, nulls, SPI_OK_SELECT);
-	locked = palloc(sizeof(Datum) * Max(n, 1));
+	if (n == 0)
+		return 0;				/* nothing claimable: SPI_processed is 0 */
+	locked = palloc(sizeof(Datum) * n);
 	for (i = 0; i < n; i++)
 	{
 		bool		isnull;

@@ -918,9 +918,11 @@ outbox_plan(OutboxTable *table, OutboxPlanId id)
 	 * partitioned outbox, where a custom plan prunes the partitions at
 	 * planning, every partition of it (half of an ack's time with eight
 	 * partitions).  The generic plan (pruned at executor start, from the
-	 * range of the ids) is the one kept.
+	 * range of the ids) is the one kept.  Not for a 1.0 or 1.1 table's own
+	 * statements (its claim joins the locked rows back: planned as it comes,
+	 * as it always was).
 	 */
-	if (def->ids > 0 || def->generic)
+	if ((def->ids > 0 || def->generic) && sql_text == def->sql)
 		cursor_options |= CURSOR_OPT_GENERIC_PLAN;
 
 	save_nestlevel = NewGUCNestLevel();

@@ -249,14 +249,14 @@ SELECT * FROM regress_parts('part.t');
 SELECT id, dead_reason, last_error FROM part.t_dead ORDER BY id;
 
 -- The statements of rows by id keep a generic plan that prunes, at executor
--- start, the partitions not holding the ids: an ack opens the indexes of the
--- partitions holding its ids only (of t_p2 here), and a claim, which walks
--- every partition's pending rows, updates them through the primary keys of
--- the partitions in the range of the rows it locked only (4 and 15: t_p0 to
--- t_p2).  Pruned
--- while running, every partition's scan would be set up, and every primary
--- key opened.  (Locks taken in a subtransaction go with it: each call runs
--- once first, to be planned, then again to be looked at; all rolled back.)
+-- start, the partitions outside the range of the ids: an ack opens the
+-- indexes of the partitions in that range only (of t_p2 here), and a claim,
+-- which walks every partition's pending rows, updates them through the
+-- primary keys of the partitions in the range of the rows it locked only (4
+-- and 15: t_p0 to t_p2).  Pruned while running, every partition's scan would
+-- be set up, and every primary key opened.  (Locks taken in a subtransaction
+-- go with it: each call runs once first, to be planned, then again to be
+-- looked at; all rolled back.)
 CREATE VIEW part_opened AS
 SELECT string_agg(DISTINCT substring(c.relname FROM '^t_(p\d+)_'), ' '
                   ORDER BY substring(c.relname FROM '^t_(p\d+)_')) AS indexes_of,

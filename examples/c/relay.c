@@ -456,6 +456,16 @@ relay_connect(void)
 						"  FROM outbox_ack_claim($1::bigint[], $2::integer,"
 						"                        outbox => $3::regclass)",
 						3, NULL);
+		if (PQresultStatus(res) != PGRES_COMMAND_OK &&
+			PQstatus(conn) == CONNECTION_OK)
+		{
+			/* not the connection: no outbox_ack_claim (extension 1.2?) */
+			logmsg("cannot prepare the round (outbox_ack_claim): %s",
+				   first_line(PQerrorMessage(conn)));
+			PQclear(res);
+			PQfinish(conn);
+			return NULL;
+		}
 	}
 	if (PQresultStatus(res) != PGRES_COMMAND_OK)
 	{
