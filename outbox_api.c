@@ -23,6 +23,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -47,6 +48,7 @@
 #include "outbox_xact.h"
 
 static uint64 outbox_ack_finish(OutboxTable *t, Datum *values);
+static bool outbox_ack_all_delivered(OutboxTable *t, Datum *values, uint64 n);
 static uint64 outbox_ack_internal(OutboxTable *t, Datum ids, Datum recipient,
 								  char recipient_null);
 
@@ -613,17 +615,33 @@ outbox_ack_internal(OutboxTable *t, Datum ids, Datum recipient,
 	outbox_spi_connect();
 
 	/*
-	 * One id without a recipient filter, the common case: ack a delivered row
-	 * in one statement.  (Only several rows need locking in id order first; a
-	 * row found otherwise takes the general path below.)
+	 * Without a recipient filter, the common case, a relay acking the rows it
+	 * was handed: ack them in one statement when every id is a delivered row.
+	 * That statement locks its rows in id order, as the general path's first
+	 * one does: it finds them by a walk of the primary key (ascending; on a
+	 * partitioned outbox its partitions in the order of their bounds).  When
+	 * it falls short (a row pending again, acked, gone, an id given twice),
+	 * the general path below takes every id again, locking them in id order
+	 * from the lowest: for several ids, only after the rows the one statement
+	 * acked are unlocked again, which it ran in a subtransaction for, so that
+	 * this call never holds a higher id while it waits for a lower one.  (One
+	 * id locks nothing when it falls short.)
 	 */
-	if (recipient_null == 'n' &&
-		ArrayGetNItems(ARR_NDIM(DatumGetArrayTypeP(ids)),
-					   ARR_DIMS(DatumGetArrayTypeP(ids))) == 1 &&
-		outbox_ack_finish(t, values) == 1)
+	if (recipient_null == 'n')
 	{
-		SPI_finish();
-		return 1;
+		int			n = ArrayGetNItems(ARR_NDIM(DatumGetArrayTypeP(ids)),
+									   ARR_DIMS(DatumGetArrayTypeP(ids)));
+
+		if (n == 1 && outbox_ack_finish(t, values) == 1)
+		{
+			SPI_finish();
+			return 1;
+		}
+		if (n > 1 && outbox_ack_all_delivered(t, values, (uint64) n))
+		{
+			SPI_finish();
+			return (uint64) n;
+		}
 	}
 
 	nlocked = outbox_execute(t, recipient_null == 'n' ?
@@ -664,6 +682,60 @@ outbox_ack_internal(OutboxTable *t, Datum ids, Datum recipient,
 	SPI_finish();
 
 	return count;
+}
+
+/*
+ * Subtransactions an ack keeps in one transaction, at most.  Each kept one
+ * holds its own transaction id until the transaction ends, and past 64 of
+ * them (PGPROC_MAX_CACHED_SUBXIDS) every snapshot taken anywhere must look
+ * the transaction's up in pg_subtrans: a relay acking batch after batch in
+ * one transaction takes the lock-then-ack path after this many.  (One
+ * rolled back leaves nothing behind.)
+ */
+#define OUTBOX_ACK_SUBXACTS_MAX 16
+
+/* the top transaction that kept them, and how many */
+static TransactionId outbox_ack_subxacts_xid = InvalidTransactionId;
+static int	outbox_ack_subxacts = 0;
+
+/*
+ * outbox_ack_all_delivered
+ *
+ * outbox_ack_finish of the n ids of values[0] in a subtransaction, kept when
+ * it acked n rows (each id a delivered row), rolled back otherwise, its row
+ * locks and changes gone.  True if kept; false, without trying, once this
+ * transaction kept OUTBOX_ACK_SUBXACTS_MAX.  An error is the caller's.
+ */
+static bool
+outbox_ack_all_delivered(OutboxTable *t, Datum *values, uint64 n)
+{
+	MemoryContext oldcontext = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+	TransactionId top = GetTopTransactionIdIfAny();
+	bool		all;
+
+	/* one kept has given the transaction an id: none yet without one */
+	if (!TransactionIdIsValid(top) ||
+		!TransactionIdEquals(top, outbox_ack_subxacts_xid))
+		outbox_ack_subxacts = 0;
+	if (outbox_ack_subxacts >= OUTBOX_ACK_SUBXACTS_MAX)
+		return false;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(oldcontext);
+	all = outbox_ack_finish(t, values) == n;
+	if (all)
+		ReleaseCurrentSubTransaction();
+	else
+		RollbackAndReleaseCurrentSubTransaction();
+	MemoryContextSwitchTo(oldcontext);
+	CurrentResourceOwner = oldowner;
+	if (all)
+	{
+		outbox_ack_subxacts_xid = GetTopTransactionId();
+		outbox_ack_subxacts++;
+	}
+	return all;
 }
 
 /*

@@ -191,6 +191,43 @@ SELECT id FROM outbox_ack_claim('{1,2,3}', 3, outbox => 'regress_ack_claim.parte
 SELECT tableoid::regclass AS partition, id, delivery_state
   FROM regress_ack_claim.parted ORDER BY id;
 
+-- An ack of several ids without a recipient acks them in one statement in
+-- a subtransaction when all are delivered rows; a transaction keeps 16 such
+-- subtransactions at most (each holds a transaction id until the end, and
+-- past 64 every snapshot must look them up in pg_subtrans), then acks by
+-- the lock-then-ack path, in the transaction itself.  Seen from the rows'
+-- xmin: 20 acks of 2 rows in one transaction write them with 17 distinct
+-- transaction ids, 16 subtransactions of 2 rows and the transaction's own
+-- 8 rows.  And one that falls short (a row pending) is rolled back whole:
+-- its rows are acked by the transaction itself.
+SELECT outbox_create('regress_ack_claim', 'subx');
+SELECT count(*) FROM outbox_enqueue_batch(array_fill('agent:s'::text, '{44}'),
+    array_fill('work'::text, '{44}'), array_fill('\x05'::bytea, '{44}'),
+    outbox => 'regress_ack_claim.subx');
+SELECT count(*) FROM outbox_claim(42, outbox => 'regress_ack_claim.subx');
+BEGIN;
+DO $$
+BEGIN
+    FOR i IN 0..19 LOOP
+        PERFORM outbox_ack(ARRAY[2 * i + 1, 2 * i + 2]::bigint[],
+                           outbox => 'regress_ack_claim.subx');
+    END LOOP;
+END
+$$;
+SELECT rows, count(*) AS transaction_ids
+  FROM (SELECT xmin, count(*) AS rows FROM regress_ack_claim.subx
+         WHERE id <= 40 GROUP BY xmin) x
+ GROUP BY rows ORDER BY rows;
+COMMIT;
+BEGIN;
+SELECT outbox_ack(ARRAY[41, 42, 43]::bigint[], outbox => 'regress_ack_claim.subx') AS acked;
+SELECT count(DISTINCT xmin::text) AS transaction_ids,
+       bool_and(xmin::text = (pg_current_xact_id()::text::numeric % 4294967296)::text) AS the_transactions_own
+  FROM regress_ack_claim.subx WHERE id BETWEEN 41 AND 43;
+COMMIT;
+SELECT delivery_state, delivery_attempts, count(*)
+  FROM regress_ack_claim.subx GROUP BY 1, 2 ORDER BY 1, 2;
+
 SET client_min_messages = warning;
 DROP SCHEMA regress_ack_claim CASCADE;
 RESET client_min_messages;

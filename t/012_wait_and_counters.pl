@@ -420,6 +420,7 @@ $c = moved(
 $node->safe_psql('postgres', q{SELECT outbox_ack(row_id('\x0a'))});
 $c = moved($c, { claimed => 1, acked => 1, backlog_pending => -1 },
 	'a late ack of a pending row: claimed +1, acked +1');
+
 gauges_match('gauges after the moves');
 
 # purge, and a plain DELETE (any state): purged
@@ -438,6 +439,29 @@ ROLLBACK;
 });
 $c = moved($c, {}, 'a rolled-back DELETE counts nothing');
 gauges_match('gauges after purging');
+
+# a batch ack of a pending row and a delivered one: the one-statement ack
+# (in a subtransaction) falls short and is rolled back, the general path
+# acks both; each transition counted once
+is( $node->safe_psql(
+		'postgres', q{
+SELECT count(*) FROM (SELECT outbox_enqueue('agent:k', 'work', '\x2a')
+                      UNION ALL SELECT outbox_enqueue('agent:k', 'work', '\x2b')) e;
+SELECT count(*) FROM outbox_claim(1, 'agent:k');             -- 2a delivered, 2b pending
+SELECT outbox_ack(ARRAY[row_id('\x2b'), row_id('\x2a')]);
+SELECT string_agg(delivery_state || '/' || delivery_attempts, ' ' ORDER BY id)
+  FROM delivery_outbox WHERE recipient = 'agent:k';
+}),
+	"2\n1\n2\nacked/1 acked/1",
+	'a batch ack of a pending and a delivered row acks both');
+# (gone again, so that later purges count what they did before)
+$node->safe_psql('postgres',
+	q{DELETE FROM delivery_outbox WHERE recipient = 'agent:k'});
+$c = moved(
+	$c,
+	{ enqueued => 2, notified => 2, claimed => 2, acked => 2, purged => 2 },
+	'a batch ack falling back to the general path: claimed +2, acked +2 (and the two rows deleted: purged +2)'
+);
 
 # an outbox that keeps no acked row (retain_acked '0', 1.3): its acks
 # delete the rows, counted as acks, not purges; outbox_ack_claim acks and
