@@ -723,7 +723,27 @@ outbox_ack_all_delivered(OutboxTable *t, Datum *values, uint64 n)
 
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(oldcontext);
-	all = outbox_ack_finish(t, values) == n;
+	PG_TRY();
+	{
+		all = outbox_ack_finish(t, values) == n;
+	}
+	PG_CATCH();
+	{
+		/*
+		 * Closed here, error or not: a caller catching the error (a PL/pgSQL
+		 * EXCEPTION block) rolls back its own subtransaction only
+		 */
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(oldcontext);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcontext);
+		CurrentResourceOwner = oldowner;
+		ReThrowError(edata);
+	}
+	PG_END_TRY();
 	if (all)
 		ReleaseCurrentSubTransaction();
 	else

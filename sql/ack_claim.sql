@@ -227,6 +227,33 @@ SELECT count(DISTINCT xmin::text) AS transaction_ids,
 COMMIT;
 SELECT delivery_state, delivery_attempts, count(*)
   FROM regress_ack_claim.subx GROUP BY 1, 2 ORDER BY 1, 2;
+-- An error in that statement (the table's own trigger refusing the ack)
+-- closes its subtransaction before it reaches the caller: a PL/pgSQL
+-- EXCEPTION block catching it rolls back its own, and the transaction goes
+-- on, the rows as they were.
+CREATE FUNCTION regress_ack_claim.refuse() RETURNS trigger LANGUAGE plpgsql AS
+$$ BEGIN RAISE EXCEPTION 'refused: %', NEW.id USING ERRCODE = 'P0099'; END $$;
+CREATE TRIGGER refuse BEFORE UPDATE ON regress_ack_claim.subx
+    FOR EACH ROW WHEN (NEW.delivery_state = 'acked') EXECUTE FUNCTION regress_ack_claim.refuse();
+SELECT count(*) FROM outbox_enqueue_batch(array_fill('agent:s'::text, '{2}'),
+    array_fill('work'::text, '{2}'), array_fill('\x06'::bytea, '{2}'),
+    outbox => 'regress_ack_claim.subx');
+SELECT count(*) FROM outbox_claim(3, outbox => 'regress_ack_claim.subx');
+BEGIN;
+SAVEPOINT before_ack;
+DO $$
+BEGIN
+    PERFORM outbox_ack(ARRAY[46, 45]::bigint[], outbox => 'regress_ack_claim.subx');
+EXCEPTION WHEN SQLSTATE 'P0099' THEN
+    RAISE NOTICE 'caught: %', SQLERRM;
+END
+$$;
+SELECT id, delivery_state FROM regress_ack_claim.subx WHERE id >= 44 ORDER BY id;
+ROLLBACK TO before_ack;
+RELEASE before_ack;
+SELECT count(*) AS still_in_the_transaction FROM regress_ack_claim.subx;
+COMMIT;
+DROP TRIGGER refuse ON regress_ack_claim.subx;
 
 SET client_min_messages = warning;
 DROP SCHEMA regress_ack_claim CASCADE;
