@@ -29,8 +29,10 @@
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "storage/proc.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
@@ -687,15 +689,15 @@ outbox_ack_internal(OutboxTable *t, Datum ids, Datum recipient,
 /*
  * Subtransactions an ack keeps in one transaction, at most.  Each kept one
  * holds its own transaction id until the transaction ends, and past 64 of
- * them (PGPROC_MAX_CACHED_SUBXIDS) every snapshot taken anywhere must look
- * the transaction's up in pg_subtrans: a relay acking batch after batch in
- * one transaction takes the lock-then-ack path after this many.  (One
- * rolled back leaves nothing behind.)
+ * them (PGPROC_MAX_CACHED_SUBXIDS, the caller's own included) every snapshot
+ * taken anywhere must look the transaction's up in pg_subtrans: a relay
+ * acking batch after batch in one transaction takes the lock-then-ack path
+ * after this many.  (One rolled back leaves nothing behind.)
  */
 #define OUTBOX_ACK_SUBXACTS_MAX 16
 
-/* the top transaction that kept them, and how many */
-static TransactionId outbox_ack_subxacts_xid = InvalidTransactionId;
+/* the (local) transaction that kept them, and how many */
+static LocalTransactionId outbox_ack_subxacts_lxid = InvalidLocalTransactionId;
 static int	outbox_ack_subxacts = 0;
 
 /*
@@ -704,20 +706,29 @@ static int	outbox_ack_subxacts = 0;
  * outbox_ack_finish of the n ids of values[0] in a subtransaction, kept when
  * it acked n rows (each id a delivered row), rolled back otherwise, its row
  * locks and changes gone.  True if kept; false, without trying, once this
- * transaction kept OUTBOX_ACK_SUBXACTS_MAX.  An error is the caller's.
+ * transaction kept OUTBOX_ACK_SUBXACTS_MAX.
+ *
+ * It never waits for a lock while it may hold another: the order in which
+ * its statement locks the rows is its plan's (ascending on an outbox of our
+ * own making, but not on one with a descending unique index on id, a
+ * default partition or partitions of partitions), so a row another
+ * transaction holds makes it give up at once (lock_timeout 1 ms, 55P03),
+ * and the lock-then-ack path then waits for it holding nothing.  Any other
+ * error is the caller's, the subtransaction closed first.
  */
 static bool
 outbox_ack_all_delivered(OutboxTable *t, Datum *values, uint64 n)
 {
 	MemoryContext oldcontext = CurrentMemoryContext;
 	ResourceOwner oldowner = CurrentResourceOwner;
-	TransactionId top = GetTopTransactionIdIfAny();
-	bool		all;
+	LocalTransactionId lxid = OUTBOX_PROC_LXID(MyProc);
+	bool		all = false;
 
-	/* one kept has given the transaction an id: none yet without one */
-	if (!TransactionIdIsValid(top) ||
-		!TransactionIdEquals(top, outbox_ack_subxacts_xid))
+	if (lxid != outbox_ack_subxacts_lxid)
+	{
+		outbox_ack_subxacts_lxid = lxid;
 		outbox_ack_subxacts = 0;
+	}
 	if (outbox_ack_subxacts >= OUTBOX_ACK_SUBXACTS_MAX)
 		return false;
 
@@ -725,7 +736,13 @@ outbox_ack_all_delivered(OutboxTable *t, Datum *values, uint64 n)
 	MemoryContextSwitchTo(oldcontext);
 	PG_TRY();
 	{
+		int			save_nestlevel = NewGUCNestLevel();
+
+		(void) set_config_option("lock_timeout", "1", PGC_USERSET,
+								 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0,
+								 false);
 		all = outbox_ack_finish(t, values) == n;
+		AtEOXact_GUC(true, save_nestlevel);
 	}
 	PG_CATCH();
 	{
@@ -741,20 +758,21 @@ outbox_ack_all_delivered(OutboxTable *t, Datum *values, uint64 n)
 		RollbackAndReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(oldcontext);
 		CurrentResourceOwner = oldowner;
-		ReThrowError(edata);
+		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+			ReThrowError(edata);
+		FreeErrorData(edata);
+		return false;
 	}
 	PG_END_TRY();
 	if (all)
+	{
 		ReleaseCurrentSubTransaction();
+		outbox_ack_subxacts++;
+	}
 	else
 		RollbackAndReleaseCurrentSubTransaction();
 	MemoryContextSwitchTo(oldcontext);
 	CurrentResourceOwner = oldowner;
-	if (all)
-	{
-		outbox_ack_subxacts_xid = GetTopTransactionId();
-		outbox_ack_subxacts++;
-	}
 	return all;
 }
 
