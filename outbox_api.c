@@ -23,7 +23,6 @@
  */
 #include "postgres.h"
 
-#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -32,7 +31,6 @@
 #include "storage/proc.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
@@ -51,6 +49,7 @@
 
 static uint64 outbox_ack_finish(OutboxTable *t, Datum *values);
 static bool outbox_ack_all_delivered(OutboxTable *t, Datum *values, uint64 n);
+static bool outbox_ack_all_work(void *arg);
 static uint64 outbox_ack_internal(OutboxTable *t, Datum ids, Datum recipient,
 								  char recipient_null);
 
@@ -696,6 +695,14 @@ outbox_ack_internal(OutboxTable *t, Datum ids, Datum recipient,
  */
 #define OUTBOX_ACK_SUBXACTS_MAX 16
 
+/* outbox_ack_all_delivered's statement, for outbox_ack_all_work */
+typedef struct OutboxAckAll
+{
+	OutboxTable *t;
+	Datum	   *values;
+	uint64		n;
+} OutboxAckAll;
+
 /* the (local) transaction that kept them, and how many */
 static LocalTransactionId outbox_ack_subxacts_lxid = InvalidLocalTransactionId;
 static int	outbox_ack_subxacts = 0;
@@ -714,15 +721,16 @@ static int	outbox_ack_subxacts = 0;
  * default partition or partitions of partitions), so a row another
  * transaction holds makes it give up at once (lock_timeout 1 ms, 55P03),
  * and the lock-then-ack path then waits for it holding nothing.  Any other
- * error is the caller's, the subtransaction closed first.
+ * error is the caller's, the subtransaction closed first
+ * (outbox_subxact_try).
  */
 static bool
 outbox_ack_all_delivered(OutboxTable *t, Datum *values, uint64 n)
 {
-	MemoryContext oldcontext = CurrentMemoryContext;
-	ResourceOwner oldowner = CurrentResourceOwner;
+	OutboxAckAll ack = {t, values, n};
 	LocalTransactionId lxid = OUTBOX_PROC_LXID(MyProc);
-	bool		all = false;
+	ErrorData  *edata;
+	bool		kept;
 
 	if (lxid != outbox_ack_subxacts_lxid)
 	{
@@ -732,48 +740,26 @@ outbox_ack_all_delivered(OutboxTable *t, Datum *values, uint64 n)
 	if (outbox_ack_subxacts >= OUTBOX_ACK_SUBXACTS_MAX)
 		return false;
 
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(oldcontext);
-	PG_TRY();
+	edata = outbox_subxact_try(outbox_ack_all_work, &ack, "1", &kept);
+	if (edata != NULL)
 	{
-		int			save_nestlevel = NewGUCNestLevel();
-
-		(void) set_config_option("lock_timeout", "1", PGC_USERSET,
-								 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0,
-								 false);
-		all = outbox_ack_finish(t, values) == n;
-		AtEOXact_GUC(true, save_nestlevel);
-	}
-	PG_CATCH();
-	{
-		/*
-		 * Closed here, error or not: a caller catching the error (a PL/pgSQL
-		 * EXCEPTION block) rolls back its own subtransaction only
-		 */
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(oldcontext);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcontext);
-		CurrentResourceOwner = oldowner;
 		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
 			ReThrowError(edata);
 		FreeErrorData(edata);
 		return false;
 	}
-	PG_END_TRY();
-	if (all)
-	{
-		ReleaseCurrentSubTransaction();
+	if (kept)
 		outbox_ack_subxacts++;
-	}
-	else
-		RollbackAndReleaseCurrentSubTransaction();
-	MemoryContextSwitchTo(oldcontext);
-	CurrentResourceOwner = oldowner;
-	return all;
+	return kept;
+}
+
+/* outbox_subxact_try's work for outbox_ack_all_delivered: keep if all */
+static bool
+outbox_ack_all_work(void *arg)
+{
+	OutboxAckAll *ack = arg;
+
+	return outbox_ack_finish(ack->t, ack->values) == ack->n;
 }
 
 /*

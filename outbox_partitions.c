@@ -161,7 +161,7 @@ static bool outbox_range_free(const OutboxPartition *parts, int nparts,
 							  int64 lower, int64 upper);
 static void outbox_make_partition(OutboxPartitionJob *job);
 
-static void outbox_make_partition_work(void *arg);
+static bool outbox_make_partition_work(void *arg);
 static int	outbox_safe_path(void);
 
 PG_FUNCTION_INFO_V1(outbox_partitions_ahead);
@@ -604,7 +604,7 @@ outbox_make_missing(OutboxTable *table, const int64 *ks, int nks,
 		 * on the schema, a name taken) is a warning; one the rows need now is
 		 * the caller's error.
 		 */
-		edata = outbox_partition_try(outbox_make_partition_work, &job, NULL);
+		edata = outbox_subxact_try(outbox_make_partition_work, &job, NULL, NULL);
 		if (edata == NULL)
 			made++;
 		else if (ks[i] <= need_k)
@@ -980,57 +980,14 @@ outbox_run_select(void *arg)
 	SPI_finish();
 }
 
-/*
- * outbox_partition_try
- *
- * Run work(arg) in a subtransaction, with lock_timeout set to lock_timeout
- * (if not NULL): NULL when it went through, its locks kept; else the error
- * (in the caller's memory context), everything it did undone.
- */
-ErrorData *
-outbox_partition_try(void (*work) (void *arg), void *arg,
-					 const char *lock_timeout)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	ErrorData  *volatile edata = NULL;
-
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
-	{
-		int			save_nestlevel = NewGUCNestLevel();
-
-		if (lock_timeout != NULL)
-			(void) set_config_option("lock_timeout", lock_timeout,
-									 PGC_USERSET, PGC_S_SESSION,
-									 GUC_ACTION_SAVE, true, 0, false);
-		work(arg);
-		AtEOXact_GUC(true, save_nestlevel);
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-	}
-	PG_END_TRY();
-	return edata;
-}
-
-/* outbox_partition_try's work: making a partition */
-static void
+/* outbox_subxact_try's work: making a partition */
+static bool
 outbox_make_partition_work(void *arg)
 {
 	OutboxPartitionJob *job = arg;
 
 	outbox_make_partition(job);
+	return true;
 }
 
 /*

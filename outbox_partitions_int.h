@@ -21,7 +21,7 @@
 
 #include "outbox_partitions.h"
 
-/* What outbox_partition_try's work is given. */
+/* What the maker's and retention's work is given (outbox_subxact_try). */
 struct OutboxPartitionJob
 {
 	Oid			relid;			/* the outbox */
@@ -53,8 +53,6 @@ typedef struct OutboxPartition
 extern int	outbox_partition_list(Relation rel, OutboxPartition **parts);
 extern void outbox_partition_job(Relation rel, OutboxPartitionJob *job);
 extern int64 outbox_partition_next_id(OutboxTable *table);
-extern ErrorData *outbox_partition_try(void (*work) (void *arg), void *arg,
-									   const char *lock_timeout);
 extern void outbox_run_utility(void *arg);
 extern void outbox_run_select(void *arg);
 

@@ -42,7 +42,7 @@ static bool outbox_partition_droppable(Oid relid, TimestampTz cutoff,
 									   bool latest);
 static int64 outbox_partition_rows(Oid relid);
 static int	outbox_drop_partition(OutboxPartitionJob *job, TimestampTz cutoff);
-static void outbox_lock_for_drop(void *arg);
+static bool outbox_lock_for_drop(void *arg);
 
 /*
  * outbox_partitions_sweep
@@ -239,7 +239,7 @@ outbox_drop_partition(OutboxPartitionJob *job, TimestampTz cutoff)
 	OutboxPartitionSql sql = {0};
 
 	snprintf(timeout, sizeof(timeout), "%d", outbox_partition_lock_timeout);
-	edata = outbox_partition_try(outbox_lock_for_drop, job, timeout);
+	edata = outbox_subxact_try(outbox_lock_for_drop, job, timeout, NULL);
 	/* not had in time, or a deadlock with another drop: later */
 	if (edata != NULL && edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE &&
 		edata->sqlerrcode != ERRCODE_T_R_DEADLOCK_DETECTED)
@@ -269,8 +269,8 @@ outbox_drop_partition(OutboxPartitionJob *job, TimestampTz cutoff)
 	return OUTBOX_DROP_DONE;
 }
 
-/* outbox_partition_try's work: the locks of a drop */
-static void
+/* outbox_subxact_try's work: the locks of a drop */
+static bool
 outbox_lock_for_drop(void *arg)
 {
 	OutboxPartitionJob *job = arg;
@@ -286,4 +286,5 @@ outbox_lock_for_drop(void *arg)
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 				 errmsg("partition %s of outbox %s is locked",
 						get_rel_name(job->partid), job->relname)));
+	return true;
 }

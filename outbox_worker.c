@@ -120,13 +120,13 @@ static void sweeper_notify(const OutboxWakeup *wakeups, int n);
 static bool sweeper_sweep(OutboxDatabase *db);
 static void sweeper_sweep_tables(SweeperStep step, TimestampTz now);
 static TimestampTz sweeper_wake_due(OutboxDatabase *db, TimestampTz now);
-static bool sweeper_guarded(void (*work) (SweeperJob *job), SweeperJob *job,
+static bool sweeper_guarded(bool (*work) (void *arg), SweeperJob *job,
 							const char *what);
-static void sweeper_step_work(SweeperJob *job);
+static bool sweeper_step_work(void *arg);
 static void sweeper_shards(void);
-static void sweeper_shards_work(SweeperJob *job);
+static bool sweeper_shards_work(void *arg);
 static void sweeper_partitions(void);
-static void sweeper_due_work(SweeperJob *job);
+static bool sweeper_due_work(void *arg);
 static void sweeper_rewind_due(TimestampTz from);
 static void sweeper_recover(void);
 static bool sweeper_ring_used(OutboxDatabase *db);
@@ -552,47 +552,24 @@ sweeper_sweep_tables(SweeperStep step, TimestampTz now)
  * stall the others' sweeps or wake-ups.
  */
 static bool
-sweeper_guarded(void (*work) (SweeperJob *job), SweeperJob *job,
-				const char *what)
+sweeper_guarded(bool (*work) (void *arg), SweeperJob *job, const char *what)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	volatile bool ok = true;
+	ErrorData  *edata = outbox_subxact_try(work, job, NULL, NULL);
 
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
-	{
-		work(job);
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-		if (job->table == NULL)
-			ereport(WARNING,
-					(errmsg("delivery_outbox sweeper: the %s failed: %s",
-							what, edata->message),
-					 errdetail("It is tried again at the next pass.")));
-		else
-			ereport(WARNING,
-					(errmsg("delivery_outbox sweeper: the %s of outbox %s failed: %s",
-							what, outbox_table_name(job->table), edata->message),
-					 errdetail("The other outboxes go on; this one is tried again at the next pass.")));
-		FreeErrorData(edata);
-		ok = false;
-	}
-	PG_END_TRY();
-	return ok;
+	if (edata == NULL)
+		return true;
+	if (job->table == NULL)
+		ereport(WARNING,
+				(errmsg("delivery_outbox sweeper: the %s failed: %s",
+						what, edata->message),
+				 errdetail("It is tried again at the next pass.")));
+	else
+		ereport(WARNING,
+				(errmsg("delivery_outbox sweeper: the %s of outbox %s failed: %s",
+						what, outbox_table_name(job->table), edata->message),
+				 errdetail("The other outboxes go on; this one is tried again at the next pass.")));
+	FreeErrorData(edata);
+	return false;
 }
 
 /*
@@ -621,10 +598,11 @@ sweeper_shards(void)
 }
 
 /* sweeper_shards' work (sweeper_guarded's) */
-static void
-sweeper_shards_work(SweeperJob *job)
+static bool
+sweeper_shards_work(void *arg)
 {
 	outbox_register_local_shards(outbox_extension_namespace());
+	return true;
 }
 
 /*
@@ -632,9 +610,10 @@ sweeper_shards_work(SweeperJob *job)
  *
  * One sweep step (job->step) on one outbox (sweeper_guarded's work).
  */
-static void
-sweeper_step_work(SweeperJob *job)
+static bool
+sweeper_step_work(void *arg)
 {
+	SweeperJob *job = arg;
 	TimestampTz cutoff;
 	int64		rows;
 
@@ -663,6 +642,7 @@ sweeper_step_work(SweeperJob *job)
 											 1, &rows) : 0;
 			break;
 	}
+	return true;
 }
 
 /*
@@ -671,9 +651,10 @@ sweeper_step_work(SweeperJob *job)
  * NOTIFY the rows of one outbox that fell due after its position, moving
  * the position past them; job->n is how many (sweeper_guarded's work).
  */
-static void
-sweeper_due_work(SweeperJob *job)
+static bool
+sweeper_due_work(void *arg)
 {
+	SweeperJob *job = arg;
 	int			i;
 
 	job->n = outbox_due_rows(job->table, &job->pos->not_before, &job->pos->id,
@@ -684,6 +665,7 @@ sweeper_due_work(SweeperJob *job)
 	for (i = 0; i < job->n; i++)
 		outbox_notify(sweeper_due_ids[i], outbox_table_relid(job->table),
 					  outbox_table_channel(job->table));
+	return true;
 }
 
 /*

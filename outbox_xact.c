@@ -38,6 +38,7 @@
 #include "storage/proclist.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 
 #include "delivery_outbox.h"
@@ -879,4 +880,59 @@ outbox_xact_forget_gauges(void)
 				t->deltas[c] = 0;
 		}
 	}
+}
+
+/*
+ * outbox_subxact_try
+ *
+ * Run work(arg) in a subtransaction, with lock_timeout set to lock_timeout
+ * (if not NULL): kept, its locks held, when work returns true; rolled back
+ * when it returns false (*kept, if not NULL, says which).  NULL when work
+ * returned; else its error (in the caller's memory context), everything it
+ * did undone.  The subtransaction is closed either way, so that a caller
+ * may throw the error again: a PL/pgSQL EXCEPTION block catching it then
+ * rolls back its own subtransaction, not this one.
+ */
+ErrorData *
+outbox_subxact_try(bool (*work) (void *arg), void *arg,
+				   const char *lock_timeout, bool *kept)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	ErrorData  *volatile edata = NULL;
+	volatile bool keep = false;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		int			save_nestlevel = NewGUCNestLevel();
+
+		if (lock_timeout != NULL)
+			(void) set_config_option("lock_timeout", lock_timeout,
+									 PGC_USERSET, PGC_S_SESSION,
+									 GUC_ACTION_SAVE, true, 0, false);
+		keep = work(arg);
+		AtEOXact_GUC(true, save_nestlevel);
+		if (keep)
+			ReleaseCurrentSubTransaction();
+		else
+			RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		keep = false;
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_END_TRY();
+	if (kept != NULL)
+		*kept = keep;
+	return edata;
 }

@@ -15,6 +15,7 @@
 #define OUTBOX_XACT_H
 
 #include "access/xact.h"
+#include "utils/elog.h"
 #include "utils/resowner.h"
 
 #include "outbox_shmem.h"
@@ -35,6 +36,8 @@ extern outbox_channel_lookup_type outbox_channel_lookup;
 extern void outbox_notify(int64 id, Oid relid, const char *channel);
 extern OutboxDatabase *outbox_my_database(bool create);
 extern void outbox_xact_forget_gauges(void);
+extern ErrorData *outbox_subxact_try(bool (*work) (void *arg), void *arg,
+									 const char *lock_timeout, bool *kept);
 
 /* registered by _PG_init */
 extern void outbox_xact_callback(XactEvent event, void *arg);
