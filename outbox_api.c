@@ -618,15 +618,14 @@ outbox_ack_internal(OutboxTable *t, Datum ids, Datum recipient,
 	/*
 	 * Without a recipient filter, the common case, a relay acking the rows it
 	 * was handed: ack them in one statement when every id is a delivered row.
-	 * That statement locks its rows in id order, as the general path's first
-	 * one does: it finds them by a walk of the primary key (ascending; on a
-	 * partitioned outbox its partitions in the order of their bounds).  When
-	 * it falls short (a row pending again, acked, gone, an id given twice),
-	 * the general path below takes every id again, locking them in id order
-	 * from the lowest: for several ids, only after the rows the one statement
-	 * acked are unlocked again, which it ran in a subtransaction for, so that
-	 * this call never holds a higher id while it waits for a lower one.  (One
-	 * id locks nothing when it falls short.)
+	 * When it falls short (a row pending again, acked, gone, an id given
+	 * twice, a row another transaction holds), the general path below takes
+	 * every id again, locking them in id order from the lowest: for several
+	 * ids, only after the rows the one statement acked are unlocked again,
+	 * which it ran in a subtransaction for, never waiting for a lock in it
+	 * (outbox_ack_all_delivered), so that this call never holds a higher id
+	 * while it waits for a lower one.  (One id locks nothing when it falls
+	 * short.)
 	 */
 	if (recipient_null == 'n')
 	{
